@@ -1,0 +1,1 @@
+"""Vigil's runtime: configuration, record format, canary producers, the local cluster, the CLI."""

@@ -1,0 +1,33 @@
+"""The `vigil` command line: it only wires config, clients and commands together."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from monitor.cli import cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd
+from monitor.cli.common import EXPECTED_ERRORS
+
+app = typer.Typer(
+    name="vigil",
+    help="Vigil: a live invariant monitor for Apache Kafka. Canary writers account for every "
+    "write; checkers judge what readers see against what writers were told.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(cluster_cmd.app, name="cluster")
+app.add_typer(config_cmd.app, name="config")
+app.command("produce")(produce_cmd.produce)
+app.command("drill")(drill_cmd.drill)
+app.command("run")(run_cmd.run)
+
+
+def main() -> None:
+    try:
+        app()
+    except EXPECTED_ERRORS as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(2)

@@ -1,0 +1,32 @@
+"""Options and helpers shared by the CLI commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from monitor.cluster.jars import ResolveError
+from monitor.cluster.java import JavaError
+from monitor.cluster.local_cluster import ClusterError
+from monitor.config import Config, ConfigError, load
+
+EXPECTED_ERRORS = (ConfigError, ClusterError, ResolveError, JavaError)
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+ConfigOption = typer.Option(
+    None, "--config", "-c", envvar="VIGIL_CONFIG", exists=False, dir_okay=False,
+    help="YAML config file (defaults are used without one; see `vigil config reference`).",
+)
+
+
+def load_config(path: Optional[Path]) -> Config:
+    return load(path)
+
+
+def progress(msg: str) -> None:
+    err_console.print(f"[dim]…[/] {msg}")

@@ -1,0 +1,35 @@
+"""`vigil config`: show the effective configuration and the reference table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+import yaml
+
+from monitor.cli.common import ConfigOption, console, load_config
+from monitor.config import reference_markdown
+
+app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
+
+
+@app.command("show")
+def show(config: Optional[Path] = ConfigOption) -> None:
+    """Print the effective configuration (secrets masked)."""
+    cfg = load_config(config)
+    data = cfg.model_dump(mode="json")
+    console.print(yaml.safe_dump(data, sort_keys=False), end="", markup=False)
+
+
+@app.command("reference")
+def reference() -> None:
+    """Print every config key with its type, default and meaning (Markdown)."""
+    console.print(reference_markdown(), markup=False)
+
+
+@app.command("check")
+def check(config: Optional[Path] = ConfigOption) -> None:
+    """Validate a config file; errors name the key and the reason."""
+    load_config(config)
+    console.print("config OK")

@@ -1,0 +1,2 @@
+def drill() -> None:
+    """placeholder"""

@@ -1,0 +1,2 @@
+def produce() -> None:
+    """placeholder"""

@@ -1,0 +1,1 @@
+"""The embedded local Kafka cluster: jars, network layout, link proxy, node processes."""

@@ -1,0 +1,455 @@
+"""The embedded local cluster: real Apache Kafka brokers (KRaft, combined nodes) on loopback.
+
+Everything lives under one state directory::
+
+    <state_dir>/cluster.json        cluster id, network mode, Java used
+    <state_dir>/proxy.json|pid|log   the link proxy (proxied mode only)
+    <state_dir>/node-<i>/            server.properties, hosts, log4j2.properties,
+                                     data/, server.log, stdout.log, pid
+
+Nodes run detached (their own session), so the CLI can exit and come back: ``up`` is
+idempotent and starts only what is not running. Every node can be killed, paused, resumed
+and restarted on its own; :meth:`LocalCluster.isolate` cuts links through the proxy (see
+:mod:`monitor.cluster.layout`). Pids are checked against the process command line before
+any signal is sent, so a recycled pid is never touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import psutil
+
+from monitor.cluster import jars
+from monitor.cluster.java import HOSTS_FILE_VERSION, find_java
+from monitor.cluster.layout import LINK_KINDS, ClusterLayout, NodeLayout, render_properties
+from monitor.cluster.netproxy import send_command
+from monitor.config import ClusterConfig
+
+LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:vigil.log.file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+class ClusterError(Exception):
+    pass
+
+
+@dataclass
+class NodeStatus:
+    node_id: int
+    pid: int | None
+    state: str  # running | paused | stopped
+    client_port: int
+    replication_port: int
+    controller_port: int
+    listening: bool
+    active_controller: bool
+
+
+@dataclass
+class ClusterStatus:
+    state_dir: str
+    bootstrap_servers: str
+    network: str  # proxied | direct
+    proxy_pid: int | None
+    blocked_links: list[list]
+    active_controller: int | None
+    nodes: list[NodeStatus]
+
+    @property
+    def running(self) -> int:
+        return sum(1 for n in self.nodes if n.state == "running")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def port_owner(port: int) -> str:
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                proc = psutil.Process(conn.pid)
+                return f"pid {conn.pid} ({' '.join(proc.cmdline()[:3])[:120]})"
+    except (psutil.Error, OSError):
+        pass
+    return "another process"
+
+
+def accepts(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class LocalCluster:
+    def __init__(self, config: ClusterConfig, progress: Callable[[str], None] = lambda _m: None) -> None:
+        self.config = config
+        self.progress = progress
+        self.state_dir = Path(config.state_dir).resolve()
+        self._meta_path = self.state_dir / "cluster.json"
+
+    # -- persistent metadata ---------------------------------------------------------------
+
+    def _meta(self) -> dict:
+        if self._meta_path.exists():
+            return json.loads(self._meta_path.read_text())
+        return {}
+
+    def _ensure_meta(self) -> dict:
+        meta = self._meta()
+        if meta:
+            return meta
+        java = find_java(self.config.java_home)
+        meta = {
+            "cluster_id": _new_cluster_id(),
+            "java": java.executable,
+            "java_major": java.major,
+            "network": "proxied" if java.major >= HOSTS_FILE_VERSION else "direct",
+            "kafka_version": self.config.kafka_version,
+            "nodes": self.config.nodes,
+        }
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._meta_path.write_text(json.dumps(meta, indent=2))
+        return meta
+
+    @property
+    def layout(self) -> ClusterLayout:
+        meta = self._meta()
+        return ClusterLayout(self.config, proxied=meta.get("network", "proxied") == "proxied")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.layout.bootstrap_servers
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.state_dir / f"node-{node_id}"
+
+    # -- processes -------------------------------------------------------------------------
+
+    def _read_pid(self, pidfile: Path, marker: str) -> int | None:
+        try:
+            pid = int(pidfile.read_text().strip())
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            if marker not in " ".join(proc.cmdline()):
+                return None
+            return pid
+        except (OSError, ValueError, psutil.Error):
+            return None
+
+    def node_pid(self, node_id: int) -> int | None:
+        return self._read_pid(self.node_dir(node_id) / "pid", str(self.node_dir(node_id) / "server.properties"))
+
+    def proxy_pid(self) -> int | None:
+        return self._read_pid(self.state_dir / "proxy.pid", str(self.state_dir / "proxy.json"))
+
+    def _node_state(self, pid: int | None) -> str:
+        if pid is None:
+            return "stopped"
+        try:
+            return "paused" if psutil.Process(pid).status() == psutil.STATUS_STOPPED else "running"
+        except psutil.Error:
+            return "stopped"
+
+    def _check_ports(self, ports: Iterable[tuple[str, int]]) -> None:
+        for host, port in ports:
+            if port_in_use(host, port):
+                raise ClusterError(f"port {host}:{port} is already in use by {port_owner(port)}; "
+                                   "free it or change cluster.*_port_base in the config")
+
+    def _write_node_files(self, node: NodeLayout, meta: dict) -> None:
+        d = self.node_dir(node.node_id)
+        (d / "data").mkdir(parents=True, exist_ok=True)
+        props = self.layout.server_properties(node.node_id, str(d / "data"))
+        (d / "server.properties").write_text(render_properties(props))
+        (d / "hosts").write_text(self.layout.hosts_file(node.node_id))
+        (d / "log4j2.properties").write_text(LOG4J2)
+
+    def _format(self, node: NodeLayout, meta: dict, lib: Path) -> None:
+        d = self.node_dir(node.node_id)
+        if (d / "data" / "meta.properties").exists():
+            return
+        elr = "1" if self.config.eligible_leader_replicas else "0"
+        cmd = [meta["java"], "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format",
+               "-t", meta["cluster_id"], "-c", str(d / "server.properties"),
+               "--feature", f"eligible.leader.replicas.version={elr}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ClusterError(f"formatting node {node.node_id} failed:\n{proc.stdout}{proc.stderr}")
+
+    def _start_proxy(self) -> None:
+        if not self.layout.proxied or self.proxy_pid() is not None:
+            return
+        links = self.layout.proxy_links()
+        self._check_ports([(l.listen_host, l.listen_port) for l in links]
+                          + [("127.0.0.1", self.config.proxy_control_port)])
+        spec = {"control_port": self.config.proxy_control_port, "links": [asdict(l) for l in links]}
+        spec_path = self.state_dir / "proxy.json"
+        spec_path.write_text(json.dumps(spec))
+        with open(self.state_dir / "proxy.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "monitor.cluster.netproxy", str(spec_path)],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        (self.state_dir / "proxy.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + 15
+        while not accepts("127.0.0.1", self.config.proxy_control_port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"link proxy did not start; see {self.state_dir / 'proxy.log'}")
+            time.sleep(0.1)
+
+    def start_node(self, node_id: int) -> int:
+        """Start one node if it is not running (formatting it on first start); returns its pid."""
+        meta = self._ensure_meta()
+        pid = self.node_pid(node_id)
+        if pid is not None:
+            return pid
+        node = self.layout.node(node_id)
+        lib = jars.kafka_broker_jars(self.config.kafka_version, self.progress)
+        self._check_ports([(self.config.host, node.client_port), ("127.0.0.1", node.replication_port),
+                           ("127.0.0.1", node.controller_port)])
+        self._write_node_files(node, meta)
+        self._format(node, meta, lib)
+        d = self.node_dir(node_id)
+        cmd = [meta["java"], f"-Xms{self.config.heap_mb}m", f"-Xmx{self.config.heap_mb}m",
+               "-XX:+UseG1GC", "-Djava.awt.headless=true",
+               f"-Dvigil.log.file={d / 'server.log'}",
+               f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}"]
+        if self.layout.proxied:
+            cmd.append(f"-Djdk.net.hosts.file={d / 'hosts'}")
+        cmd += ["-cp", f"{lib}/*", "kafka.Kafka", str(d / "server.properties")]
+        with open(d / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=d)
+        (d / "pid").write_text(str(proc.pid))
+        return proc.pid
+
+    def _signal(self, node_id: int, sig: signal.Signals) -> int:
+        pid = self.node_pid(node_id)
+        if pid is None:
+            raise ClusterError(f"node {node_id} is not running")
+        os.kill(pid, sig)
+        return pid
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL the node (no controlled shutdown)."""
+        pid = self._signal(node_id, signal.SIGKILL)
+        _wait_gone(pid, 10)
+
+    def pause(self, node_id: int) -> None:
+        self._signal(node_id, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self._signal(node_id, signal.SIGCONT)
+
+    def stop_node(self, node_id: int, timeout: float = 20.0) -> None:
+        """Controlled shutdown (SIGTERM), then SIGKILL after ``timeout``."""
+        pid = self.node_pid(node_id)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, timeout):
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 10)
+
+    def restart(self, node_id: int, hard: bool = False) -> int:
+        if hard:
+            if self.node_pid(node_id) is not None:
+                self.kill(node_id)
+        else:
+            self.stop_node(node_id)
+        return self.start_node(node_id)
+
+    # -- network ---------------------------------------------------------------------------
+
+    def _proxy(self, msg: dict) -> dict:
+        if not self.layout.proxied:
+            raise ClusterError("links cannot be cut in direct network mode (needs Java 18+)")
+        if self.proxy_pid() is None:
+            raise ClusterError("the link proxy is not running")
+        return send_command(self.config.proxy_control_port, msg)
+
+    def isolate(self, node_id: int, kinds: Iterable[str] = LINK_KINDS) -> dict:
+        """Cut every link of ``kinds`` to and from ``node_id``; clients still reach it."""
+        self.layout.node(node_id)
+        reply: dict = {}
+        for kind in kinds:
+            if kind not in LINK_KINDS:
+                raise ClusterError(f"unknown link kind {kind!r} (have {', '.join(LINK_KINDS)})")
+            self._proxy({"op": "block", "src": node_id, "kind": kind})
+            reply = self._proxy({"op": "block", "dst": node_id, "kind": kind})
+        return reply
+
+    def block_link(self, src: int, dst: int, kind: str) -> dict:
+        return self._proxy({"op": "block", "src": src, "dst": dst, "kind": kind})
+
+    def heal(self) -> dict:
+        return self._proxy({"op": "heal"})
+
+    # -- whole cluster ---------------------------------------------------------------------
+
+    def up(self, timeout: float | None = None) -> ClusterStatus:
+        """Start whatever is not running and wait until the cluster is ready (idempotent)."""
+        meta = self._ensure_meta()
+        if meta.get("nodes") != self.config.nodes:
+            raise ClusterError(
+                f"{self.state_dir} holds a {meta.get('nodes')}-node cluster but the config asks for "
+                f"{self.config.nodes}; run `vigil cluster down --purge` first")
+        jars.kafka_broker_jars(self.config.kafka_version, self.progress)
+        self._start_proxy()
+        started = []
+        for node in self.layout.nodes:
+            if self.node_pid(node.node_id) is None:
+                self.start_node(node.node_id)
+                started.append(node.node_id)
+        if started:
+            self.progress(f"started node(s) {', '.join(map(str, started))}; waiting for the cluster")
+        return self.wait_ready(timeout or self.config.start_timeout_s)
+
+    def wait_ready(self, timeout: float) -> ClusterStatus:
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            status = self.status()
+            for n in status.nodes:
+                if n.state == "stopped":
+                    raise ClusterError(f"node {n.node_id} exited during start-up; see "
+                                       f"{self.node_dir(n.node_id) / 'server.log'} and stdout.log")
+            if all(n.listening for n in status.nodes) and status.active_controller is not None:
+                brokers = self._registered_brokers()
+                if brokers >= self.config.nodes:
+                    return status
+                last = f"{brokers} of {self.config.nodes} brokers registered"
+            else:
+                last = "waiting for listeners and a controller leader"
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cluster not ready after {timeout:.0f} s ({last})")
+            time.sleep(0.5)
+
+    def _registered_brokers(self) -> int:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=5)
+            return len(md.brokers)
+        except Exception:  # noqa: BLE001 - not ready yet
+            return 0
+
+    def down(self, purge: bool = False) -> None:
+        """Stop every node and the proxy; with ``purge``, delete the state directory."""
+        pids = [p for p in (self.node_pid(n.node_id) for n in self.layout.nodes) if p is not None]
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for pid in pids:
+            if not _wait_gone(pid, max(0.1, deadline - time.monotonic())):
+                os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid, 10)
+        proxy = self.proxy_pid()
+        if proxy is not None:
+            os.kill(proxy, signal.SIGTERM)
+            if not _wait_gone(proxy, 5):
+                os.kill(proxy, signal.SIGKILL)
+                _wait_gone(proxy, 5)
+        if purge and self.state_dir.exists():
+            import shutil
+
+            shutil.rmtree(self.state_dir)
+
+    def active_controller(self) -> int | None:
+        """The KRaft leader with the highest epoch among the nodes' quorum-state files."""
+        best: tuple[int, int] | None = None
+        for node in self.layout.nodes:
+            if self._node_state(self.node_pid(node.node_id)) == "stopped":
+                continue
+            qs = self.node_dir(node.node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+            try:
+                state = json.loads(qs.read_text())
+            except (OSError, ValueError):
+                continue
+            leader, epoch = state.get("leaderId", -1), state.get("leaderEpoch", -1)
+            if leader is not None and leader >= 0 and (best is None or epoch > best[1]):
+                best = (leader, epoch)
+        return best[0] if best else None
+
+    def status(self) -> ClusterStatus:
+        layout = self.layout
+        controller = self.active_controller()
+        nodes = []
+        for node in layout.nodes:
+            pid = self.node_pid(node.node_id)
+            state = self._node_state(pid)
+            nodes.append(NodeStatus(
+                node_id=node.node_id, pid=pid, state=state, client_port=node.client_port,
+                replication_port=node.replication_port, controller_port=node.controller_port,
+                listening=state == "running" and accepts(self.config.host, node.client_port),
+                active_controller=controller == node.node_id,
+            ))
+        proxy = self.proxy_pid()
+        blocked: list[list] = []
+        if proxy is not None:
+            try:
+                blocked = send_command(self.config.proxy_control_port, {"op": "status"}, timeout=2)["blocked"]
+            except (OSError, ValueError, KeyError):
+                pass
+        return ClusterStatus(
+            state_dir=str(self.state_dir), bootstrap_servers=layout.bootstrap_servers,
+            network="proxied" if layout.proxied else "direct", proxy_pid=proxy,
+            blocked_links=blocked, active_controller=controller, nodes=nodes,
+        )
+
+    def log_path(self, node_id: int) -> Path:
+        self.layout.node(node_id)
+        return self.node_dir(node_id) / "server.log"
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return True
+    try:
+        proc.wait(timeout)
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    except psutil.NoSuchProcess:
+        return True

@@ -1,0 +1,318 @@
+"""Vigil's configuration: one YAML file, validated by pydantic.
+
+Every key has a default and a description; ``vigil config reference`` prints the table that
+the README carries (a test keeps the two equal). Validation errors name the key path and the
+reason. Secrets are ``SecretStr`` and never printed; ``librdkafka()`` is the one place that
+turns them into client settings.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+ClientValue = Union[str, int, float, bool]
+
+
+class ConfigError(Exception):
+    """A configuration problem, with the offending key path in the message."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class SecurityConfig(_Model):
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="security.protocol for every Kafka client")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="sasl.mechanism (SASL protocols only)")
+    sasl_username: str | None = Field(None, description="SASL user name")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (never printed)")
+    ssl_ca_location: str | None = Field(None, description="CA bundle file (PEM)")
+    ssl_certificate_location: str | None = Field(None, description="client certificate (PEM)")
+    ssl_key_location: str | None = Field(None, description="client private key (PEM)")
+    ssl_key_password: SecretStr | None = Field(None, description="private key password (never printed)")
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> "SecurityConfig":
+        if self.protocol.startswith("SASL"):
+            if self.sasl_mechanism is None:
+                raise ValueError("sasl_mechanism is required when protocol is " + self.protocol)
+            if not self.sasl_username or self.sasl_password is None:
+                raise ValueError("sasl_username and sasl_password are required for SASL")
+        return self
+
+    def librdkafka(self) -> dict[str, ClientValue]:
+        conf: dict[str, ClientValue] = {"security.protocol": self.protocol}
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        for key, value in (
+            ("ssl.ca.location", self.ssl_ca_location),
+            ("ssl.certificate.location", self.ssl_certificate_location),
+            ("ssl.key.location", self.ssl_key_location),
+        ):
+            if value:
+                conf[key] = value
+        if self.ssl_key_password is not None:
+            conf["ssl.key.password"] = self.ssl_key_password.get_secret_value()
+        return conf
+
+
+class KafkaConfig(_Model):
+    bootstrap_servers: str = Field(
+        "", description="bootstrap servers; empty means the embedded local cluster")
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    client_overrides: dict[str, ClientValue] = Field(
+        default_factory=dict, description="extra librdkafka settings for every client")
+
+    def librdkafka(self, bootstrap: str) -> dict[str, ClientValue]:
+        conf: dict[str, ClientValue] = {"bootstrap.servers": bootstrap}
+        conf.update(self.security.librdkafka())
+        conf.update(self.client_overrides)
+        return conf
+
+
+class ClusterConfig(_Model):
+    kafka_version: str = Field("4.1.1", description="Apache Kafka version (kafka_2.13 from Maven Central)")
+    nodes: int = Field(3, ge=1, le=9, description="combined broker+controller nodes")
+    host: str = Field("127.0.0.1", description="address the client listeners bind and advertise")
+    client_port_base: int = Field(9092, ge=1024, le=65000, description="node i listens for clients on base+i-1")
+    internal_port_base: int = Field(
+        19092, ge=1024, le=65000,
+        description="node i binds replication on base+i-1 and controller on base+100+i-1")
+    proxy_control_port: int = Field(19090, ge=1024, le=65535, description="control port of the link proxy")
+    state_dir: str = Field(".vigil/cluster", description="data, logs, pid files and jars of the local cluster")
+    java_home: str = Field("", description="JDK to run brokers with (>= 18); empty = auto-detect")
+    heap_mb: int = Field(512, ge=128, description="broker JVM heap")
+    min_insync_replicas: int = Field(2, ge=1, description="broker default min.insync.replicas")
+    unclean_leader_election: bool = Field(False, description="unclean.leader.election.enable")
+    replica_lag_time_max_ms: int = Field(30000, ge=100, description="replica.lag.time.max.ms")
+    eligible_leader_replicas: bool = Field(
+        False, description="enable the Eligible Leader Replicas feature (KIP-966) when formatting")
+    broker_overrides: dict[str, ClientValue] = Field(
+        default_factory=dict, description="extra server.properties entries for every node")
+    start_timeout_s: float = Field(60.0, gt=0, description="how long `cluster up` waits for readiness")
+
+    @model_validator(mode="after")
+    def _ports_disjoint(self) -> "ClusterConfig":
+        client = set(range(self.client_port_base, self.client_port_base + self.nodes))
+        internal = set(range(self.internal_port_base, self.internal_port_base + self.nodes)) | set(
+            range(self.internal_port_base + 100, self.internal_port_base + 100 + self.nodes))
+        if client & internal or self.proxy_control_port in client | internal:
+            raise ValueError("client, internal and proxy control ports overlap")
+        return self
+
+
+class TopicConfig(_Model):
+    name: str = Field("vigil-canary", min_length=1, description="canary topic")
+    partitions: int = Field(3, ge=1, description="partitions when Vigil creates the topic")
+    replication_factor: int = Field(3, ge=1, description="replication factor when Vigil creates it")
+    min_insync_replicas: int = Field(2, ge=1, description="min.insync.replicas of the topic")
+    unclean_leader_election: bool = Field(False, description="unclean.leader.election.enable of the topic")
+    extra_config: dict[str, str] = Field(default_factory=dict, description="further topic configs")
+
+    def topic_configs(self) -> dict[str, str]:
+        conf = {
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
+        }
+        conf.update(self.extra_config)
+        return conf
+
+
+class LedgerConfig(_Model):
+    topic: str = Field("vigil-ledger", min_length=1, description="outcome ledger topic")
+    partitions: int = Field(3, ge=1, description="ledger partitions (entries keyed by instance id)")
+    replication_factor: int = Field(3, ge=1, description="ledger replication factor")
+    min_insync_replicas: int = Field(2, ge=1, description="ledger min.insync.replicas")
+    kafka: KafkaConfig | None = Field(
+        None, description="a separate cluster for the ledger; empty = the canary cluster")
+
+    def topic_configs(self) -> dict[str, str]:
+        # The strongest durability whatever the canary topic's settings.
+        return {
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": "false",
+        }
+
+
+class TransactionConfig(_Model):
+    size: int = Field(4, ge=1, le=1000, description="records per transaction, spread over partitions")
+    abort_ratio: float = Field(0.3, ge=0.0, le=1.0, description="share of transactions aborted on purpose")
+    timeout_ms: int = Field(60000, ge=1000, description="transaction.timeout.ms")
+
+
+class WriterConfig(_Model):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="writer name, part of its instance id")
+    acks: Literal["0", "1", "all"] = Field("all", description="producer acks")
+    idempotence: bool = Field(True, description="enable.idempotence")
+    transactional: bool = Field(False, description="write in transactions")
+    transaction: TransactionConfig = Field(default_factory=TransactionConfig)
+    rate: float = Field(100.0, ge=0.0, description="records per second; 0 = as fast as possible")
+    record_size: int = Field(100, ge=48, le=1 << 20, description="bytes per record value (>= 48)")
+    message_timeout_ms: int = Field(30000, ge=1, description="message.timeout.ms")
+    request_timeout_ms: int = Field(10000, ge=1, description="request.timeout.ms")
+    linger_ms: int = Field(5, ge=0, description="linger.ms")
+    client_overrides: dict[str, ClientValue] = Field(default_factory=dict, description="extra producer settings")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _acks_as_text(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("acks"), int):
+            data = {**data, "acks": str(data["acks"])}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "WriterConfig":
+        if self.idempotence and self.acks != "all":
+            raise ValueError("idempotence requires acks=all")
+        if self.transactional and not self.idempotence:
+            raise ValueError("transactional requires idempotence")
+        return self
+
+
+class MetricsConfig(_Model):
+    bind: str = Field("127.0.0.1", description="address of the /metrics endpoint (0.0.0.0 in a pod)")
+    port: int = Field(9464, ge=0, le=65535, description="port of the /metrics endpoint; 0 = off")
+
+
+def _default_writers() -> list[WriterConfig]:
+    return [
+        WriterConfig(name="idempotent", acks="all", idempotence=True, rate=200.0),
+        WriterConfig(name="txn", acks="all", idempotence=True, transactional=True, rate=100.0),
+    ]
+
+
+class Config(_Model):
+    instance_id: str = Field(
+        "", description="Vigil instance id, unique per pod or process; empty = host name")
+    state_dir: str = Field(".vigil", description="where incarnation numbers and local state persist")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    canary: TopicConfig = Field(default_factory=TopicConfig)
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    writers: list[WriterConfig] = Field(default_factory=_default_writers, description="canary writers of `vigil run`")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @model_validator(mode="after")
+    def _unique_writer_names(self) -> "Config":
+        names = [w.name for w in self.writers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"writer names must be unique, repeated: {', '.join(dupes)}")
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        return not self.kafka.bootstrap_servers
+
+    def resolved_instance_id(self) -> str:
+        return self.instance_id or socket.gethostname()
+
+    def writer(self, name: str) -> WriterConfig:
+        for w in self.writers:
+            if w.name == name:
+                return w
+        raise ConfigError(f"writers: no writer named {name!r} (have: {', '.join(w.name for w in self.writers)})")
+
+    def ledger_kafka(self) -> KafkaConfig:
+        return self.ledger.kafka or self.kafka
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"  {path}: {msg}")
+    return "\n".join(lines)
+
+
+def parse(data: Any, source: str = "<config>") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+
+
+def load(path: str | os.PathLike[str] | None) -> Config:
+    """Load a config file; ``None`` gives the defaults (or ``$VIGIL_CONFIG`` if set)."""
+    if path is None:
+        path = os.environ.get("VIGIL_CONFIG") or None
+    if path is None:
+        return Config()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    return parse(data, str(p))
+
+
+def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) for every leaf key, for the docs table."""
+    rows: list[tuple[str, str, str, str]] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        ann = field.annotation
+        nested = _nested_model(ann)
+        if nested is not None and name != "writers":
+            rows.extend(reference_rows(nested, key + "."))
+            continue
+        if name == "writers":
+            rows.append((key, "list of writers", "idempotent (200/s) and txn (100/s)", field.description or ""))
+            rows.extend(reference_rows(WriterConfig, key + "[]."))
+            continue
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, SecretStr):
+            default = "***"
+        rows.append((key, _type_name(ann), "" if default is None else repr(default), field.description or ""))
+    return rows
+
+
+def _nested_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in get_args(ann):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _type_name(ann: Any) -> str:
+    origin = get_origin(ann)
+    if origin is Literal:
+        return " \\| ".join(str(a) for a in get_args(ann))
+    if origin is dict:
+        return "mapping"
+    args = [a for a in get_args(ann) if a is not type(None)]
+    if args and origin is not None:
+        return _type_name(args[0])
+    return getattr(ann, "__name__", str(ann))
+
+
+def reference_markdown() -> str:
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, typ, default, desc in reference_rows():
+        lines.append(f"| `{key}` | {typ} | `{default}` | {desc} |" if default else f"| `{key}` | {typ} | | {desc} |")
+    return "\n".join(lines)
