@@ -189,7 +189,7 @@ class MetricsConfig(_Model):
 def _default_writers() -> list[WriterConfig]:
     return [
         WriterConfig(name="idempotent", acks="all", idempotence=True, rate=200.0),
-        WriterConfig(name="txn", acks="all", idempotence=True, transactional=True, rate=100.0),
+        WriterConfig(name="txn", acks="all", idempotence=True, transactional=True, rate=40.0),
     ]
 
 
@@ -280,7 +280,7 @@ def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tu
             rows.extend(reference_rows(nested, key + "."))
             continue
         if name == "writers":
-            rows.append((key, "list of writers", "idempotent (200/s) and txn (100/s)", field.description or ""))
+            rows.append((key, "list of writers", "idempotent (200/s) and txn (40/s)", field.description or ""))
             rows.extend(reference_rows(WriterConfig, key + "[]."))
             continue
         default = field.get_default(call_default_factory=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from monitor.cli.common import ConfigOption, console, load_config, progress
+from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
 from monitor.cluster.local_cluster import ClusterStatus, LocalCluster
 
 app = typer.Typer(
@@ -65,7 +64,7 @@ def status(config: Optional[Path] = ConfigOption,
     """Show each node's pid, ports, liveness, and the active controller."""
     st = _cluster(config).status()
     if as_json:
-        console.print(json.dumps(st.to_json(), indent=2), markup=False)
+        print_json(st.to_json(), indent=2)
     else:
         print_status(st)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +17,7 @@ from monitor.config import Config, ConfigError, load
 
 EXPECTED_ERRORS = (ConfigError, ClusterError, ResolveError, JavaError)
 
-console = Console(highlight=False)
+console = Console(highlight=False, width=max(120, Console().width))
 err_console = Console(stderr=True, highlight=False)
 
 ConfigOption = typer.Option(
@@ -26,6 +28,12 @@ ConfigOption = typer.Option(
 
 def load_config(path: Optional[Path]) -> Config:
     return load(path)
+
+
+def print_json(obj: object, indent: int | None = None) -> None:
+    """JSON on stdout, unwrapped (rich would fold long lines)."""
+    sys.stdout.write(json.dumps(obj, indent=indent) + "\n")
+    sys.stdout.flush()
 
 
 def progress(msg: str) -> None:

@@ -1,0 +1,78 @@
+"""Wiring for canary writers: topics, identity, ledger and Kafka producers from the config."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from confluent_kafka import Producer
+
+from monitor import clients
+from monitor.canary.transactional import TransactionalWriter
+from monitor.canary.writer import CanaryWriter
+from monitor.clients import TopicInfo
+from monitor.config import Config, WriterConfig
+from monitor.identity import WriterIdentity, claim
+from monitor.ledger import LedgerWriter
+from monitor.metrics import ProducerMetrics
+
+
+@dataclass(frozen=True)
+class Topics:
+    canary: TopicInfo
+    ledger: TopicInfo
+
+
+def prepare_topics(config: Config) -> Topics:
+    """Create the canary and ledger topics when missing (existing ones are used as they are)."""
+    canary_admin = clients.admin(config.kafka, clients.canary_bootstrap(config))
+    canary = clients.ensure_topic(canary_admin, config.canary.name, config.canary.partitions,
+                                  config.canary.replication_factor, config.canary.topic_configs())
+    ledger_admin = clients.admin(config.ledger_kafka(), clients.ledger_bootstrap(config))
+    ledger = clients.ensure_topic(ledger_admin, config.ledger.topic, config.ledger.partitions,
+                                  config.ledger.replication_factor, config.ledger.topic_configs())
+    return Topics(canary, ledger)
+
+
+def writer_instance_id(config: Config, writer: WriterConfig) -> str:
+    return f"{config.resolved_instance_id()}-{writer.name}"
+
+
+def open_ledger(config: Config, identity: WriterIdentity) -> LedgerWriter:
+    producer = Producer(clients.ledger_producer_config(config, identity.instance_id))
+    return LedgerWriter(producer, config.ledger.topic, identity.instance_id, identity.writer_id,
+                        identity.incarnation)
+
+
+def open_writer(config: Config, writer: WriterConfig, topics: Topics,
+                metrics: ProducerMetrics | None = None, instance_id: str | None = None) -> CanaryWriter:
+    identity = claim(config.state_dir, instance_id or writer_instance_id(config, writer))
+    ledger = open_ledger(config, identity)
+
+    def factory(error_cb: Callable[[Any], None]) -> Producer:
+        return Producer(clients.canary_producer_config(config, writer, identity.instance_id, error_cb))
+
+    cls = TransactionalWriter if writer.transactional else CanaryWriter
+    return cls(writer, topics.canary, identity, ledger, factory, metrics)
+
+
+class WriterThread(threading.Thread):
+    """Runs one writer until ``stop``; keeps the exception if it dies."""
+
+    def __init__(self, writer: CanaryWriter, stop: threading.Event, duration: float | None = None,
+                 max_records: int | None = None) -> None:
+        super().__init__(name=f"writer-{writer.cfg.name}", daemon=True)
+        self.writer = writer
+        self.stop_event = stop
+        self.duration = duration
+        self.max_records = max_records
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.writer.run(self.stop_event, self.duration, self.max_records)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            self.error = exc
+        finally:
+            self.writer.identity.release()

@@ -1,0 +1,135 @@
+"""The transactional canary writer: transactions that span partitions, some aborted on purpose.
+
+Each step is one transaction of ``transaction.size`` records, spread round-robin over the
+partitions. Its intent (with the transaction id, size and whether it is meant to be aborted)
+is durable before ``begin_transaction``. All records are flushed (so every one has a delivery
+report and is in the log) before ``commit_transaction`` or ``abort_transaction``: an aborted
+canary transaction really leaves aborted records for ``read_committed`` readers to skip.
+
+The transaction outcome is ``committed`` or ``aborted`` only when that call returned. An
+abortable error leads to ``abort_transaction`` (outcome ``aborted`` if it returns); a
+retriable commit error is retried; anything else — or a call that never returned — is
+``indeterminate``, and the Kafka producer is replaced (a new ``init_transactions`` fences the
+old one and completes or aborts what it left open).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any, Callable
+
+from confluent_kafka import KafkaException
+
+from monitor import record_format
+from monitor.canary.writer import CanaryWriter
+from monitor.clients import TopicInfo, TransactionalProducerLike
+from monitor.config import WriterConfig
+from monitor.identity import WriterIdentity
+from monitor.ledger import LedgerWriter, now_us
+from monitor.metrics import ProducerMetrics
+from monitor.outcomes import TxnOutcome, WriteOutcome
+
+COMMIT_RETRIES = 3
+
+
+class TransactionalWriter(CanaryWriter):
+    producer: TransactionalProducerLike
+
+    def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
+                 producer_factory: Callable[[Callable[[Any], None]], TransactionalProducerLike],
+                 metrics: ProducerMetrics | None = None, rng: random.Random | None = None) -> None:
+        super().__init__(cfg, topic, identity, ledger, producer_factory, metrics)
+        self.rng = rng or random.Random()
+        self.txn_seq = 0
+        self.txn_counts: dict[TxnOutcome, int] = {o: 0 for o in TxnOutcome}
+        self._timeout = cfg.transaction.timeout_ms / 1000
+        self._initialised = False
+
+    def records_per_step(self) -> int:
+        return self.cfg.transaction.size
+
+    def _init_transactions(self, stop: threading.Event) -> None:
+        backoff = 0.5
+        while not self._initialised:
+            try:
+                self.producer.init_transactions(self._timeout)
+                self._initialised = True
+            except KafkaException as exc:
+                self._count_error("init_producer_id")
+                if exc.args[0].fatal():
+                    self._renew_producer()
+                if stop.wait(backoff):
+                    raise
+                backoff = min(backoff * 2, 10.0)
+
+    def _renew_producer(self) -> None:
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=False)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a fatal producer may refuse
+            pass
+        old.flush(5.0)
+        self._fatal = None
+        self._initialised = False
+        self.producer = self._factory(self._on_error)
+
+    def _replace_producer_if_fatal(self) -> None:
+        if self._fatal is not None:
+            self._renew_producer()
+
+    def step(self, due: int, stop: threading.Event) -> None:
+        self._init_transactions(stop)
+        size = self.cfg.transaction.size
+        writes = self.plan(size)
+        self.txn_seq += 1
+        abort = self.rng.random() < self.cfg.transaction.abort_ratio
+        txn = {"id": self.txn_seq, "size": size, "abort": abort}
+        self.intend(writes, txn, stop)
+        outcome, error = self._run_transaction(writes, self.txn_seq, abort)
+        self.producer.poll(0)
+        self.flush_outcomes(force=True)
+        self.ledger.append("txn", {"id": self.txn_seq, "outcome": outcome.value, "error": error})
+        self.txn_counts[outcome] += 1
+        if self.metrics is not None:
+            self.metrics.transactions.labels(self.cfg.name, outcome.value).inc()
+
+    def _run_transaction(self, writes: list[tuple[int, int]], txn_id: int, abort: bool) -> tuple[TxnOutcome, str | None]:
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            self._count_error("transaction")
+            for p, seq in writes:
+                self._record(p, seq, WriteOutcome.FAILED, -1, now_us(), "not sent: begin_transaction failed")
+            self._renew_producer()
+            return TxnOutcome.INDETERMINATE, exc.args[0].name()
+        flags = record_format.FLAG_TRANSACTIONAL | (record_format.FLAG_INTENDED_ABORT if abort else 0)
+        for index, (p, seq) in enumerate(writes):
+            self.send(p, seq, flags, txn_id, len(writes), index)
+        deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + 5
+        while len(self.producer) > 0 and time.monotonic() < deadline:
+            self.producer.flush(1.0)
+        return self._end_transaction(abort)
+
+    def _end_transaction(self, abort: bool) -> tuple[TxnOutcome, str | None]:
+        error: str | None = None
+        for _attempt in range(COMMIT_RETRIES):
+            try:
+                if abort:
+                    self.producer.abort_transaction(self._timeout)
+                    return TxnOutcome.ABORTED, error
+                self.producer.commit_transaction(self._timeout)
+                return TxnOutcome.COMMITTED, error
+            except KafkaException as exc:
+                err = exc.args[0]
+                self._count_error("transaction")
+                error = err.name()
+                if err.txn_requires_abort() and not abort:
+                    abort = True
+                    continue
+                if err.retriable():
+                    continue
+                break
+        self._renew_producer()
+        return TxnOutcome.INDETERMINATE, error

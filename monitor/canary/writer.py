@@ -1,0 +1,242 @@
+"""The canary writer: sequence-numbered records on every partition, every outcome in the ledger.
+
+One writer is one (instance id, incarnation). Each step it
+
+1. plans the records owed by the rate, round-robin over *all* partitions of the canary topic
+   (so every broker that leads a partition gets canary traffic; partitions are never
+   reassigned), each with the next sequence number of its partition;
+2. appends an ``intent`` ledger entry and waits until it is durable;
+3. sends the records, and
+4. appends the outcomes of whatever delivery reports arrived (``outcomes`` entries).
+
+Sequence numbers only ever grow within an incarnation, whatever happens to a send, so a seq
+is never reused after an ambiguous failure. A fatal producer error (e.g. an idempotence
+failure) replaces the Kafka producer and carries on as the same writer. On a clean stop it
+waits for the last delivery reports and appends ``stop``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from confluent_kafka import KafkaError
+
+from monitor import record_format
+from monitor.clients import ProducerLike, TopicInfo
+from monitor.config import WriterConfig
+from monitor.identity import WriterIdentity
+from monitor.ledger import LedgerError, LedgerWriter, OutcomeRun, encode_runs, now_us
+from monitor.metrics import ProducerMetrics
+from monitor.outcomes import WriteOutcome, classify_delivery
+
+MAX_BATCH = 10_000
+OUTCOME_FLUSH_S = 0.05
+
+Result = tuple[int, int, WriteOutcome, int, int, int, "str | None"]
+
+
+class CanaryWriter:
+    def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
+                 producer_factory: Callable[[Callable[[Any], None]], ProducerLike],
+                 metrics: ProducerMetrics | None = None) -> None:
+        self.cfg = cfg
+        self.topic = topic
+        self.identity = identity
+        self.ledger = ledger
+        self._factory = producer_factory
+        self.metrics = metrics
+        self.partitions = sorted(range(topic.partitions))
+        self.next_seq = {p: 0 for p in self.partitions}
+        self._cursor = 0
+        self.planned = 0
+        self.counts: dict[WriteOutcome, int] = {o: 0 for o in WriteOutcome}
+        self._results: list[Result] = []
+        self._last_outcome_flush = time.monotonic()
+        self._fatal: KafkaError | None = None
+        self.producer = self._factory(self._on_error)
+        if metrics is not None:
+            metrics.init_writer(cfg.name, cfg.transactional)
+            metrics.incarnation.labels(cfg.name).set(identity.incarnation)
+
+    # -- callbacks (run inside producer.poll/flush on the writer thread) -------------------
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+            self._count_error("fatal")
+        else:
+            self._count_error("client")
+
+    def _count_error(self, kind: str) -> None:
+        if self.metrics is not None:
+            self.metrics.errors.labels(self.cfg.name, kind).inc()
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        header = record_format.HEADER.unpack_from(msg.value())
+        seq, send_ts = header[5], header[6]
+        classified = classify_delivery(err, msg.offset() if err is None else None, self.cfg.acks)
+        self._record(msg.partition(), seq, classified.outcome, classified.offset, send_ts, classified.error)
+
+    def _record(self, partition: int, seq: int, outcome: WriteOutcome, offset: int, send_ts: int,
+                error: str | None) -> None:
+        done = now_us()
+        self._results.append((partition, seq, outcome, offset, send_ts, done, error))
+        self.counts[outcome] += 1
+        if self.metrics is not None:
+            self.metrics.writes.labels(self.cfg.name, outcome.value).inc()
+            if outcome is WriteOutcome.ACKED:
+                self.metrics.latency.labels(self.cfg.name).observe(max(0, done - send_ts) / 1e6)
+                self.metrics.last_ack.labels(self.cfg.name).set(done / 1e6)
+
+    # -- planning and sending --------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Writes with a durable intent and no outcome yet."""
+        decided = sum(v for k, v in self.counts.items() if k is not WriteOutcome.PENDING)
+        return self.planned - decided
+
+    def plan(self, count: int) -> list[tuple[int, int]]:
+        """The next ``count`` writes as (partition, seq), round-robin over all partitions."""
+        writes = []
+        n = len(self.partitions)
+        for i in range(count):
+            p = self.partitions[(self._cursor + i) % n]
+            writes.append((p, self.next_seq[p]))
+            self.next_seq[p] += 1
+        self._cursor = (self._cursor + count) % n
+        self.planned += count
+        return writes
+
+    @staticmethod
+    def intent_ranges(writes: list[tuple[int, int]]) -> list[list[int]]:
+        ranges: dict[int, list[int]] = {}
+        for p, seq in writes:
+            r = ranges.get(p)
+            if r is not None and r[1] + r[2] == seq:
+                r[2] += 1
+            else:
+                ranges.setdefault(p, [p, seq, 1])
+        return sorted(ranges.values())
+
+    def write_intent(self, writes: list[tuple[int, int]], txn: dict | None, stop: threading.Event) -> None:
+        self.ledger.append("intent", {"topic_id": self.topic.topic_id, "writes": self.intent_ranges(writes),
+                                      "txn": txn}, sync=False)
+        self.ledger.sync(stop)
+
+    def send(self, partition: int, seq: int, flags: int = 0, txn_id: int = 0, txn_size: int = 0,
+             txn_index: int = 0) -> None:
+        rec = record_format.CanaryRecord(self.identity.writer_id, self.identity.incarnation, seq, now_us(),
+                                         txn_id, txn_size, txn_index, flags)
+        value = record_format.encode(rec, self.cfg.record_size)
+        key = record_format.record_key(self.identity.writer_id, partition)
+        while True:
+            try:
+                self.producer.produce(self.topic.name, value=value, key=key, partition=partition,
+                                      on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._count_error("queue_full")
+                self.producer.poll(0.05)
+
+    def flush_outcomes(self, force: bool = False) -> list[OutcomeRun]:
+        now = time.monotonic()
+        if not self._results or (not force and now - self._last_outcome_flush < OUTCOME_FLUSH_S):
+            return []
+        runs = encode_runs(self._results)
+        self._results = []
+        self._last_outcome_flush = now
+        self.ledger.append("outcomes", {"topic_id": self.topic.topic_id, "runs": [r.as_list() for r in runs]})
+        return runs
+
+    def _replace_producer_if_fatal(self) -> None:
+        if self._fatal is None:
+            return
+        old = self.producer
+        # Queued-but-unsent records come back as _PURGE_QUEUE (failed); in-flight ones as
+        # indeterminate — the classification table decides, not this code.
+        try:
+            old.purge(in_queue=True, in_flight=False)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a broken producer may refuse to purge
+            pass
+        old.flush(5.0)
+        self._fatal = None
+        self.producer = self._factory(self._on_error)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.ledger.append("start", {
+            "topic": self.topic.name, "topic_id": self.topic.topic_id, "partitions": self.topic.partitions,
+            "writer": self.cfg.model_dump(mode="json", exclude={"client_overrides"}),
+        })
+
+    def intend(self, writes: list[tuple[int, int]], txn: dict | None, stop: threading.Event) -> None:
+        """Make the intent durable; if that fails the writes were never sent: ``failed``."""
+        try:
+            self.write_intent(writes, txn, stop)
+        except LedgerError:
+            for p, seq in writes:
+                self._record(p, seq, WriteOutcome.FAILED, -1, now_us(), "not sent: intent not durable")
+            raise
+
+    def step(self, due: int, stop: threading.Event) -> None:
+        writes = self.plan(due)
+        self.intend(writes, None, stop)
+        for p, seq in writes:
+            self.send(p, seq)
+        self.producer.poll(0)
+
+    def records_per_step(self) -> int:
+        return 1
+
+    def run(self, stop: threading.Event, duration: float | None = None, max_records: int | None = None) -> None:
+        """Write at the configured rate until ``stop`` is set, ``duration`` passes or
+        ``max_records`` were planned; then finish cleanly."""
+        self.start()
+        started = time.monotonic()
+        per_step = self.records_per_step()
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                elapsed = now - started
+                if duration is not None and elapsed >= duration:
+                    break
+                if max_records is not None and self.planned >= max_records:
+                    break
+                if self.cfg.rate > 0:
+                    owed = int(self.cfg.rate * elapsed) - self.planned
+                else:
+                    owed = MAX_BATCH
+                if max_records is not None:
+                    owed = min(owed, max_records - self.planned)
+                if owed >= per_step:
+                    self._replace_producer_if_fatal()
+                    try:
+                        self.step(min(owed, MAX_BATCH) if per_step == 1 else per_step, stop)
+                    except LedgerError:
+                        if stop.is_set():
+                            break
+                        raise
+                else:
+                    wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0
+                    self.producer.poll(min(max(wait, 0.0), 0.05))
+                self.flush_outcomes()
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + 10
+        while len(self.producer) > 0 and time.monotonic() < deadline:
+            self.producer.flush(1.0)
+        self.producer.poll(0)
+        self.flush_outcomes(force=True)
+        self.finish_transactions()
+        if self.in_flight == 0:
+            self.ledger.append("stop", {})
+        self.ledger.sync()
+
+    def finish_transactions(self) -> None:
+        """Hook for the transactional writer."""
