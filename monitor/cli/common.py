@@ -13,9 +13,14 @@ from rich.console import Console
 from monitor.cluster.jars import ResolveError
 from monitor.cluster.java import JavaError
 from monitor.cluster.local_cluster import ClusterError
+from monitor.clients import ClientError
 from monitor.config import Config, ConfigError, load
+from monitor.drills import DrillError
+from monitor.identity import IdentityError
+from monitor.ledger import LedgerError
 
-EXPECTED_ERRORS = (ConfigError, ClusterError, ResolveError, JavaError)
+EXPECTED_ERRORS = (ConfigError, ClusterError, ResolveError, JavaError, ClientError, IdentityError, DrillError,
+                   LedgerError)
 
 console = Console(highlight=False, width=max(120, Console().width))
 err_console = Console(stderr=True, highlight=False)

@@ -1,2 +1,42 @@
-def drill() -> None:
-    """placeholder"""
+"""`vigil drill`: inject one anomaly on purpose, to prove detection and alerting end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from monitor.canary.runner import prepare_topics
+from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
+from monitor.drill_table import DRILL_KINDS, DRILL_TABLE
+from monitor.drills import run_drill
+
+
+def drill(
+    kind: str = typer.Argument(..., help=f"One of: {', '.join(DRILL_KINDS)}."),
+    count: int = typer.Option(1, "--count", "-n", help="How many units to inject (see the drill table)."),
+    partition: int = typer.Option(0, help="Canary partition to inject into."),
+    hold: float = typer.Option(90.0, help="lso_stuck only: seconds to hold the transaction open."),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly what was injected, as JSON."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Write canary records and ledger entries that exhibit one anomaly on purpose.
+
+    The drill acts as a lying writer or broker (e.g. a ledger entry claiming an
+    acknowledgement for a record never written). Which invariants each kind triggers is
+    fixed in the drill table (docs/drills.md); --json prints what was injected and the
+    expected counter increments.
+    """
+    cfg = load_config(config)
+    if kind not in DRILL_TABLE:
+        raise typer.BadParameter(f"unknown drill {kind!r}; kinds: {', '.join(DRILL_KINDS)}", param_hint="KIND")
+    topics = prepare_topics(cfg)
+    report = run_drill(cfg, topics, kind, count, partition, hold, progress)
+    if as_json:
+        print_json(report.to_json())
+        return
+    console.print(f"drill {kind}: injected {count} into {report.topic} partition {report.partition} "
+                  f"as {report.instance_id} incarnation {report.incarnation}")
+    for item in report.to_json()["expected"]:
+        console.print(f"  expect {item['invariant']} ({item['isolation']}) +{item['count']}")

@@ -1,0 +1,48 @@
+"""One real 3-node Kafka cluster for the integration session (its own ports and directory)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from monitor.canary.runner import prepare_topics
+from monitor.cluster.local_cluster import LocalCluster
+
+from tests.integration.helpers import make_config
+
+
+
+@pytest.fixture(scope="session")
+def cluster_env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cluster")
+    config, path = make_config(tmp, client_base=29092, internal_base=39092, control_port=39090)
+    cluster = LocalCluster(config.cluster, print)
+    started = time.monotonic()
+    cluster.up()
+    up_seconds = time.monotonic() - started
+    try:
+        yield {"config": config, "config_path": path, "cluster": cluster, "up_seconds": up_seconds,
+               "tmp": tmp, "bootstrap": cluster.bootstrap_servers}
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def topics(cluster_env):
+    return prepare_topics(cluster_env["config"])
+
+
+def healthy(cluster: LocalCluster) -> None:
+    """Make sure every node runs and no link is cut (tests that kill nodes call this after)."""
+    cluster.up()
+    if cluster.layout.proxied:
+        cluster.heal()
+
+
+@pytest.fixture
+def cluster_ready(cluster_env):
+    healthy(cluster_env["cluster"])
+    yield cluster_env
+    healthy(cluster_env["cluster"])

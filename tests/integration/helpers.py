@@ -1,0 +1,101 @@
+"""Helpers for integration tests: test configs, reading topics back, running the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from monitor.config import Config, parse
+from monitor.ledger import LedgerBook
+
+VIGIL = [sys.executable, "-m", "monitor"]
+
+
+def make_config(tmp: Path, client_base: int, internal_base: int, control_port: int, **extra: Any) -> tuple[Config, Path]:
+    data: dict[str, Any] = {
+        "instance_id": "it",
+        "state_dir": str(tmp / "state"),
+        "cluster": {
+            "state_dir": str(tmp / "cluster"),
+            "client_port_base": client_base,
+            "internal_port_base": internal_base,
+            "proxy_control_port": control_port,
+        },
+        "metrics": {"port": 0},
+    }
+    for key, value in extra.items():
+        data[key] = value
+    path = tmp / "vigil.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return parse(data, str(path)), path
+
+
+def vigil(config_path: Path, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(VIGIL + list(args) + ["--config", str(config_path)], capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"vigil {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def vigil_json(config_path: Path, *args: str, timeout: float = 300) -> Any:
+    out = vigil(config_path, *args, "--json", timeout=timeout).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    partition: int
+    offset: int
+    value: bytes
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 60.0) -> list[ReadRecord]:
+    """Every record of every partition from the beginning up to the current end."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"it-read-{os.getpid()}", "enable.auto.commit": False,
+        "isolation.level": isolation, "enable.partition.eof": True, "auto.offset.reset": "earliest",
+    })
+    try:
+        md = consumer.list_topics(topic, timeout=10)
+        parts = sorted(md.topics[topic].partitions)
+        ends = {}
+        for p in parts:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        done = {p for p in parts if ends[p] == 0}
+        out: list[ReadRecord] = []
+        import time
+
+        deadline = time.monotonic() + timeout
+        while len(done) < len(parts):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic} ({isolation}) did not reach the end: {done} of {parts}")
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if consumer.position([TopicPartition(topic, msg.partition())])[0].offset >= ends[msg.partition()]:
+                            done.add(msg.partition())
+                        continue
+                    raise AssertionError(f"consume error: {msg.error()}")
+                out.append(ReadRecord(msg.partition(), msg.offset(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def read_ledger(bootstrap: str, topic: str) -> LedgerBook:
+    book = LedgerBook()
+    records = read_all(bootstrap, topic, "read_committed")
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        book.apply_raw(rec.value)
+    return book
