@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -19,13 +20,13 @@ def show(config: Optional[Path] = ConfigOption) -> None:
     """Print the effective configuration (secrets masked)."""
     cfg = load_config(config)
     data = cfg.model_dump(mode="json")
-    console.print(yaml.safe_dump(data, sort_keys=False), end="", markup=False)
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
 
 
 @app.command("reference")
 def reference() -> None:
     """Print every config key with its type, default and meaning (Markdown)."""
-    console.print(reference_markdown(), markup=False)
+    sys.stdout.write(reference_markdown() + "\n")
 
 
 @app.command("check")

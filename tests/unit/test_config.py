@@ -1,0 +1,70 @@
+import re
+from pathlib import Path
+
+import pytest
+
+from monitor.config import ConfigError, load, parse, reference_markdown
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_defaults_are_valid():
+    cfg = parse({})
+    assert cfg.embedded and cfg.metrics.port == 9464 and cfg.metrics.bind == "127.0.0.1"
+    assert [w.name for w in cfg.writers] == ["idempotent", "txn"]
+    assert cfg.writers[1].transactional and cfg.writers[1].transaction.abort_ratio == 0.3
+
+
+@pytest.mark.parametrize("data, key, reason", [
+    ({"canary": {"partitons": 3}}, "canary.partitons", "unknown key"),
+    ({"writers": [{"name": "w", "acks": "2"}]}, "writers.0.acks", "'0', '1' or 'all'"),
+    ({"writers": [{"name": "w", "acks": 1}]}, "writers.0", "idempotence requires acks=all"),
+    ({"writers": [{"name": "w", "record_size": 10}]}, "writers.0.record_size", "greater than or equal to 48"),
+    ({"writers": [{"name": "w"}, {"name": "w"}]}, "(top level)", "repeated: w"),
+    ({"cluster": {"nodes": 0}}, "cluster.nodes", "greater than or equal to 1"),
+    ({"kafka": {"security": {"protocol": "SASL_SSL"}}}, "kafka.security", "sasl_mechanism is required"),
+    ({"metrics": {"port": "x"}}, "metrics.port", "valid integer"),
+])
+def test_errors_name_the_key_and_reason(data, key, reason):
+    with pytest.raises(ConfigError) as exc:
+        parse(data, "t.yaml")
+    msg = str(exc.value)
+    assert f"{key}:" in msg and reason in msg and "t.yaml" in msg
+
+
+def test_yaml_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("canary: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load(bad)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(tmp_path / "missing.yaml")
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load(top)
+
+
+def test_secrets_reach_the_client_but_are_never_printed():
+    cfg = parse({"kafka": {"bootstrap_servers": "b:9092", "security": {
+        "protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "u", "sasl_password": "hunter2",
+        "ssl_key_password": "k3y"}}})
+    conf = cfg.kafka.librdkafka("b:9092")
+    assert conf["sasl.password"] == "hunter2" and conf["ssl.key.password"] == "k3y"
+    assert conf["security.protocol"] == "SASL_SSL" and conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    for text in (repr(cfg), str(cfg.model_dump()), cfg.model_dump_json()):
+        assert "hunter2" not in text and "k3y" not in text
+
+
+def test_ledger_is_always_strongly_durable():
+    cfg = parse({"canary": {"unclean_leader_election": True, "min_insync_replicas": 1}})
+    assert cfg.canary.topic_configs()["unclean.leader.election.enable"] == "true"
+    assert cfg.ledger.topic_configs() == {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+
+
+def test_readme_config_table_matches_the_code():
+    text = README.read_text()
+    table = reference_markdown()
+    assert table in text, "README config table is stale: paste `vigil config reference`"
+    keys = re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
+    assert "writers[].transaction.abort_ratio" in keys and "kafka.security.sasl_password" in keys

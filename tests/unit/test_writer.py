@@ -1,0 +1,161 @@
+import collections
+import json
+import random
+import threading
+
+from confluent_kafka import KafkaError
+
+from monitor import record_format
+from monitor.canary.transactional import TransactionalWriter
+from monitor.canary.writer import CanaryWriter
+from monitor.clients import TopicInfo
+from monitor.config import WriterConfig
+from monitor.identity import WriterIdentity
+from monitor.ledger import LedgerBook, LedgerWriter
+from monitor.outcomes import TxnOutcome, WriteOutcome
+
+from tests.unit.fakes import FakeProducer
+
+TOPIC = TopicInfo("canary", "TID", 3, {0: 1, 1: 2, 2: 3})
+
+
+def _setup(cfg, fail=None, cls=CanaryWriter, **kw):
+    log = {}
+    ledger_prod = FakeProducer(log)
+    ident = WriterIdentity("inst", 4, record_format.writer_id_for("inst"))
+    ledger = LedgerWriter(ledger_prod, "ledger", "inst", ident.writer_id, 4)
+    order = []
+
+    def factory(_cb):
+        p = FakeProducer(log, fail=fail, acks=cfg.acks)
+        order.append(p)
+        return p
+
+    return cls(cfg, TOPIC, ident, ledger, factory, **kw), log, order
+
+
+def _book(log):
+    book = LedgerBook()
+    for v in log.get(("ledger", 0), []):
+        book.apply_raw(v)
+    return book
+
+
+def test_round_robin_over_every_partition_and_seqs_only_grow():
+    w, log, _ = _setup(WriterConfig(name="w", rate=0))
+    w.run(threading.Event(), max_records=30)
+    canary = {p: [record_format.decode(v) for v in log[("canary", p)]] for p in range(3)}
+    assert {p: len(v) for p, v in canary.items()} == {0: 10, 1: 10, 2: 10}
+    for recs in canary.values():
+        assert [r.seq for r in recs] == list(range(10))
+        assert {(r.writer_id, r.incarnation) for r in recs} == {(w.identity.writer_id, 4)}
+    book = _book(log)
+    assert len(book.writes) == 30 and book.by_outcome()[WriteOutcome.ACKED] == 30
+    assert book.gaps() == {} and w.in_flight == 0
+    kinds = [json.loads(v)["kind"] for v in log[("ledger", 0)]]
+    assert kinds[0] == "start" and kinds[-1] == "stop" and "intent" in kinds
+
+
+def test_intent_is_durable_before_the_records_are_sent():
+    w, log, _ = _setup(WriterConfig(name="w", rate=0))
+    seen_intents = []
+    original = w.send
+
+    def send(p, seq, *a, **k):
+        intents = [json.loads(v) for v in log.get(("ledger", 0), []) if json.loads(v)["kind"] == "intent"]
+        seen_intents.append(any(i["writes"] and any(r[0] == p and r[1] <= seq < r[1] + r[2] for r in i["writes"])
+                                for i in intents))
+        return original(p, seq, *a, **k)
+
+    w.send = send
+    w.run(threading.Event(), max_records=9)
+    assert seen_intents and all(seen_intents)
+
+
+def test_errors_are_classified_and_seqs_never_reused():
+    def fail(topic, partition, value):
+        seq = record_format.decode(value).seq
+        if partition == 1 and seq % 2 == 0:
+            return KafkaError(KafkaError._MSG_TIMED_OUT)
+        if partition == 2 and seq == 1:
+            return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+        return None
+
+    w, log, _ = _setup(WriterConfig(name="w", rate=0), fail=fail)
+    w.run(threading.Event(), max_records=12)
+    book = _book(log)
+    outcomes = collections.Counter(st.outcome for st in book.writes.values())
+    assert outcomes == {WriteOutcome.ACKED: 9, WriteOutcome.INDETERMINATE: 2, WriteOutcome.FAILED: 1}
+    assert book.writes[(w.identity.writer_id, 4, "TID", 1, 0)].error == "_MSG_TIMED_OUT"
+    # the ambiguous seqs were not reused: every planned seq is distinct per partition
+    assert sorted(k[4] for k in book.writes if k[3] == 1) == [0, 1, 2, 3]
+
+
+def test_acks0_is_unconfirmed():
+    w, log, _ = _setup(WriterConfig(name="w", rate=0, acks="0", idempotence=False))
+    w.run(threading.Event(), max_records=6)
+    assert {st.outcome for st in _book(log).writes.values()} == {WriteOutcome.UNCONFIRMED}
+
+
+class FakeTxnProducer(FakeProducer):
+    def __init__(self, *a, commit_error=None, **k):
+        super().__init__(*a, **k)
+        self.commit_error = commit_error
+        self.txn_calls = []
+
+    def init_transactions(self, timeout=None):
+        self.txn_calls.append("init")
+
+    def begin_transaction(self):
+        self.txn_calls.append("begin")
+
+    def commit_transaction(self, timeout=None):
+        self.txn_calls.append("commit")
+        if self.commit_error is not None:
+            from confluent_kafka import KafkaException
+            raise KafkaException(self.commit_error)
+
+    def abort_transaction(self, timeout=None):
+        self.txn_calls.append("abort")
+
+
+def test_transactional_writer_records_intents_and_outcomes():
+    cfg = WriterConfig(name="t", transactional=True, rate=0)
+    log = {}
+    ident = WriterIdentity("inst", 1, 99)
+    ledger = LedgerWriter(FakeProducer(log), "ledger", "inst", 99, 1)
+    prods = []
+
+    def factory(_cb):
+        prods.append(FakeTxnProducer(log))
+        return prods[-1]
+
+    w = TransactionalWriter(cfg, TOPIC, ident, ledger, factory, rng=random.Random(1))
+    w.run(threading.Event(), max_records=40)
+    book = _book(log)
+    assert len(book.txns) == 10
+    assert sum(t.outcome is TxnOutcome.ABORTED for t in book.txns.values()) == w.txn_counts[TxnOutcome.ABORTED] > 0
+    assert all(t.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED) for t in book.txns.values())
+    for (wid, inc, txn_id), t in book.txns.items():
+        assert len(t.writes) == 4 and len({k[3] for k in t.writes}) == 3  # spans partitions
+        assert t.intended_abort == (t.outcome is TxnOutcome.ABORTED)
+    assert prods[0].txn_calls[0] == "init"
+
+
+def test_commit_that_never_returns_is_indeterminate_and_producer_renewed():
+    cfg = WriterConfig(name="t", transactional=True, rate=0, transaction={"abort_ratio": 0.0, "size": 2})
+    log = {}
+    ledger = LedgerWriter(FakeProducer(log), "ledger", "inst", 5, 1)
+    prods = []
+
+    def factory(_cb):
+        prods.append(FakeTxnProducer(log, commit_error=KafkaError(KafkaError._FATAL, fatal=True)
+                                     if not prods else None))
+        return prods[-1]
+
+    w = TransactionalWriter(cfg, TOPIC, WriterIdentity("inst", 1, 5), ledger, factory, rng=random.Random(0))
+    w.run(threading.Event(), max_records=4)
+    book = _book(log)
+    assert book.txns[(5, 1, 1)].outcome is TxnOutcome.INDETERMINATE
+    assert book.txns[(5, 1, 2)].outcome is TxnOutcome.COMMITTED
+    assert len(prods) == 2
