@@ -20,6 +20,8 @@ VIGIL = [sys.executable, "-m", "monitor"]
 
 
 def make_config(tmp: Path, client_base: int, internal_base: int, control_port: int, **extra: Any) -> tuple[Config, Path]:
+    """A config on its own ports. A cluster uses internal_base..+2 and internal_base+100..+102,
+    so clusters that may run at the same time need internal bases at least 200 apart."""
     data: dict[str, Any] = {
         "instance_id": "it",
         "state_dir": str(tmp / "state"),

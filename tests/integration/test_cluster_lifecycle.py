@@ -27,7 +27,7 @@ def _our_processes(state_dir: str) -> list[psutil.Process]:
 
 
 def test_up_status_node_control_and_down(tmp_path):
-    config, path = make_config(tmp_path, client_base=29192, internal_base=39192, control_port=39190)
+    config, path = make_config(tmp_path, client_base=29192, internal_base=39492, control_port=39490)
     cluster = LocalCluster(config.cluster)
     try:
         started = time.monotonic()
@@ -75,7 +75,7 @@ def test_up_status_node_control_and_down(tmp_path):
     finally:
         vigil(path, "cluster", "down", check=False)
     assert _our_processes(str(tmp_path)) == []
-    for port in (29192, 29193, 29194, 39192, 39292, 39190):
+    for port in (29192, 29193, 29194, 39492, 39592, 39490):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port))
@@ -83,7 +83,7 @@ def test_up_status_node_control_and_down(tmp_path):
 
 
 def test_busy_port_is_a_clear_error(tmp_path):
-    config, path = make_config(tmp_path, client_base=29292, internal_base=39392, control_port=39390)
+    config, path = make_config(tmp_path, client_base=29292, internal_base=39692, control_port=39690)
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 29293))
     blocker.listen()
@@ -99,7 +99,7 @@ def test_busy_port_is_a_clear_error(tmp_path):
 
 
 def test_missing_java_is_a_clear_error(tmp_path):
-    config, path = make_config(tmp_path, client_base=29392, internal_base=39492, control_port=39490)
+    config, path = make_config(tmp_path, client_base=29392, internal_base=39892, control_port=39890)
     config.cluster.java_home = str(tmp_path / "no-jdk")
     with pytest.raises(JavaError, match="no Java 17\\+ found"):
         LocalCluster(config.cluster).up()
