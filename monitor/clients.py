@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from monitor.config import Config, KafkaConfig, WriterConfig
@@ -122,7 +122,14 @@ def describe_topic(client: AdminClient, name: str, timeout: float = 10.0) -> Top
     if name not in md.topics or md.topics[name].error is not None:
         return None
     futures = client.describe_topics(TopicCollection([name]), request_timeout=timeout)
-    desc = futures[name].result()
+    try:
+        desc = futures[name].result()
+    except KafkaException as exc:
+        # Right after a creation, the broker answering may not have the topic in its
+        # metadata yet: "not there yet", not an error.
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART or exc.args[0].retriable():
+            return None
+        raise
     leaders = {p.id: (p.leader.id if p.leader is not None else -1) for p in desc.partitions}
     return TopicInfo(name, str(desc.topic_id), len(desc.partitions), leaders)
 

@@ -65,19 +65,8 @@ class TransactionalWriter(CanaryWriter):
                 backoff = min(backoff * 2, 10.0)
 
     def _renew_producer(self) -> None:
-        old = self.producer
-        try:
-            old.purge(in_queue=True, in_flight=False)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - a fatal producer may refuse
-            pass
-        old.flush(5.0)
-        self._fatal = None
+        super()._renew_producer()
         self._initialised = False
-        self.producer = self._factory(self._on_error)
-
-    def _replace_producer_if_fatal(self) -> None:
-        if self._fatal is not None:
-            self._renew_producer()
 
     def step(self, due: int, stop: threading.Event) -> None:
         self._init_transactions(stop)

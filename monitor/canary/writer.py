@@ -151,9 +151,8 @@ class CanaryWriter:
         self.ledger.append("outcomes", {"topic_id": self.topic.topic_id, "runs": [r.as_list() for r in runs]})
         return runs
 
-    def _replace_producer_if_fatal(self) -> None:
-        if self._fatal is None:
-            return
+    def _renew_producer(self) -> None:
+        """Replace the Kafka producer (after a fatal error); the writer identity stays."""
         old = self.producer
         # Queued-but-unsent records come back as _PURGE_QUEUE (failed); in-flight ones as
         # indeterminate — the classification table decides, not this code.
@@ -164,6 +163,10 @@ class CanaryWriter:
         old.flush(5.0)
         self._fatal = None
         self.producer = self._factory(self._on_error)
+
+    def _replace_producer_if_fatal(self) -> None:
+        if self._fatal is not None:
+            self._renew_producer()
 
     # -- the loop --------------------------------------------------------------------------
 
