@@ -273,10 +273,20 @@ class LocalCluster:
         _wait_gone(pid, 10)
 
     def pause(self, node_id: int) -> None:
-        self._signal(node_id, signal.SIGSTOP)
+        """SIGSTOP the node; returns once the kernel reports it stopped."""
+        pid = self._signal(node_id, signal.SIGSTOP)
+        self._await_state(node_id, pid, "paused")
 
     def resume(self, node_id: int) -> None:
-        self._signal(node_id, signal.SIGCONT)
+        pid = self._signal(node_id, signal.SIGCONT)
+        self._await_state(node_id, pid, "running")
+
+    def _await_state(self, node_id: int, pid: int, state: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self._node_state(pid) != state:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"node {node_id} did not become {state} within {timeout:.0f} s")
+            time.sleep(0.02)
 
     def stop_node(self, node_id: int, timeout: float = 20.0) -> None:
         """Controlled shutdown (SIGTERM), then SIGKILL after ``timeout``."""
