@@ -110,6 +110,11 @@ class ClusterConfig(_Model):
             range(self.internal_port_base + 100, self.internal_port_base + 100 + self.nodes))
         if client & internal or self.proxy_control_port in client | internal:
             raise ValueError("client, internal and proxy control ports overlap")
+        # Linux hands out 32768-60999 as source ports of outgoing connections; a listener
+        # there can find its port taken at a restart.
+        ephemeral = [p for p in sorted(client | internal | {self.proxy_control_port}) if 32768 <= p <= 60999]
+        if ephemeral:
+            raise ValueError(f"ports {ephemeral[0]}..{ephemeral[-1]} fall in the ephemeral range 32768-60999")
         return self
 
 

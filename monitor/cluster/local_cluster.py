@@ -98,10 +98,11 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def port_owner(port: int) -> str:
+def port_owner(host: str, port: int) -> str:
     try:
         for conn in psutil.net_connections(kind="tcp"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            if (conn.laddr and conn.laddr.port == port and conn.laddr.ip in (host, "0.0.0.0", "::")
+                    and conn.pid):
                 proc = psutil.Process(conn.pid)
                 return f"pid {conn.pid} ({' '.join(proc.cmdline()[:3])[:120]})"
     except (psutil.Error, OSError):
@@ -191,7 +192,7 @@ class LocalCluster:
     def _check_ports(self, ports: Iterable[tuple[str, int]]) -> None:
         for host, port in ports:
             if port_in_use(host, port):
-                raise ClusterError(f"port {host}:{port} is already in use by {port_owner(port)}; "
+                raise ClusterError(f"port {host}:{port} is already in use by {port_owner(host, port)}; "
                                    "free it or change cluster.*_port_base in the config")
 
     def _write_node_files(self, node: NodeLayout, meta: dict) -> None:

@@ -17,7 +17,7 @@ from tests.integration.helpers import make_config
 @pytest.fixture(scope="session")
 def cluster_env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
-    config, path = make_config(tmp, client_base=29092, internal_base=39092, control_port=39090)
+    config, path = make_config(tmp, client_base=21092, internal_base=22092, control_port=22090)
     cluster = LocalCluster(config.cluster, print)
     started = time.monotonic()
     cluster.up()

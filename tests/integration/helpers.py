@@ -21,7 +21,8 @@ VIGIL = [sys.executable, "-m", "monitor"]
 
 def make_config(tmp: Path, client_base: int, internal_base: int, control_port: int, **extra: Any) -> tuple[Config, Path]:
     """A config on its own ports. A cluster uses internal_base..+2 and internal_base+100..+102,
-    so clusters that may run at the same time need internal bases at least 200 apart."""
+    so clusters that may run at the same time need internal bases at least 200 apart. Keep every
+    port below 32768, out of Linux's ephemeral range, or an outgoing connection can hold it."""
     data: dict[str, Any] = {
         "instance_id": "it",
         "state_dir": str(tmp / "state"),

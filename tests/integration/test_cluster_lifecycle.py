@@ -27,7 +27,7 @@ def _our_processes(state_dir: str) -> list[psutil.Process]:
 
 
 def test_up_status_node_control_and_down(tmp_path):
-    config, path = make_config(tmp_path, client_base=29192, internal_base=39492, control_port=39490)
+    config, path = make_config(tmp_path, client_base=21192, internal_base=23092, control_port=23090)
     cluster = LocalCluster(config.cluster)
     try:
         started = time.monotonic()
@@ -42,7 +42,7 @@ def test_up_status_node_control_and_down(tmp_path):
         assert status["active_controller"] in (1, 2, 3)
         assert sum(n["active_controller"] for n in status["nodes"]) == 1
         assert status["network"] == "proxied"
-        assert status["bootstrap_servers"] == "127.0.0.1:29192,127.0.0.1:29193,127.0.0.1:29194"
+        assert status["bootstrap_servers"] == "127.0.0.1:21192,127.0.0.1:21193,127.0.0.1:21194"
         pids = [n["pid"] for n in status["nodes"]]
 
         # idempotent: a second `up` starts nothing new
@@ -75,7 +75,7 @@ def test_up_status_node_control_and_down(tmp_path):
     finally:
         vigil(path, "cluster", "down", check=False)
     assert _our_processes(str(tmp_path)) == []
-    for port in (29192, 29193, 29194, 39492, 39592, 39490):
+    for port in (21192, 21193, 21194, 23092, 23192, 23090):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port))
@@ -83,14 +83,14 @@ def test_up_status_node_control_and_down(tmp_path):
 
 
 def test_busy_port_is_a_clear_error(tmp_path):
-    config, path = make_config(tmp_path, client_base=29292, internal_base=39692, control_port=39690)
+    config, path = make_config(tmp_path, client_base=21292, internal_base=24092, control_port=24090)
     blocker = socket.socket()
-    blocker.bind(("127.0.0.1", 29293))
+    blocker.bind(("127.0.0.1", 21293))
     blocker.listen()
     try:
         proc = vigil(path, "cluster", "up", check=False, timeout=120)
         assert proc.returncode == 2
-        assert "port 127.0.0.1:29293 is already in use" in proc.stderr
+        assert "port 127.0.0.1:21293 is already in use" in proc.stderr
         assert "Traceback" not in proc.stderr
     finally:
         blocker.close()
@@ -99,7 +99,7 @@ def test_busy_port_is_a_clear_error(tmp_path):
 
 
 def test_missing_java_is_a_clear_error(tmp_path):
-    config, path = make_config(tmp_path, client_base=29392, internal_base=39892, control_port=39890)
+    config, path = make_config(tmp_path, client_base=21392, internal_base=25092, control_port=25090)
     config.cluster.java_home = str(tmp_path / "no-jdk")
     with pytest.raises(JavaError, match="no Java 17\\+ found"):
         LocalCluster(config.cluster).up()

@@ -24,6 +24,7 @@ def test_defaults_are_valid():
     ({"cluster": {"nodes": 0}}, "cluster.nodes", "greater than or equal to 1"),
     ({"kafka": {"security": {"protocol": "SASL_SSL"}}}, "kafka.security", "sasl_mechanism is required"),
     ({"metrics": {"port": "x"}}, "metrics.port", "valid integer"),
+    ({"cluster": {"client_port_base": 40000}}, "cluster", "ephemeral range 32768-60999"),
 ])
 def test_errors_name_the_key_and_reason(data, key, reason):
     with pytest.raises(ConfigError) as exc:
