@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from typing import Any, Callable
 
 from confluent_kafka import KafkaException
@@ -96,9 +95,7 @@ class TransactionalWriter(CanaryWriter):
         flags = record_format.FLAG_TRANSACTIONAL | (record_format.FLAG_INTENDED_ABORT if abort else 0)
         for index, (p, seq) in enumerate(writes):
             self.send(p, seq, flags, txn_id, len(writes), index)
-        deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + 5
-        while len(self.producer) > 0 and time.monotonic() < deadline:
-            self.producer.flush(1.0)
+        self.drain(5)
         return self._end_transaction(abort)
 
     def _end_transaction(self, abort: bool) -> tuple[TxnOutcome, str | None]:

@@ -230,10 +230,15 @@ class CanaryWriter:
         finally:
             self.finish()
 
-    def finish(self) -> None:
-        deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + 10
+    def drain(self, grace_s: float) -> None:
+        """Wait for the delivery report of every record sent, at most message.timeout.ms
+        plus ``grace_s`` (librdkafka reports each record within message.timeout.ms)."""
+        deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + grace_s
         while len(self.producer) > 0 and time.monotonic() < deadline:
             self.producer.flush(1.0)
+
+    def finish(self) -> None:
+        self.drain(10)
         self.producer.poll(0)
         self.flush_outcomes(force=True)
         self.finish_transactions()

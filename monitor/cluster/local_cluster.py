@@ -292,13 +292,8 @@ class LocalCluster:
     def stop_node(self, node_id: int, timeout: float = 20.0) -> None:
         """Controlled shutdown (SIGTERM), then SIGKILL after ``timeout``."""
         pid = self.node_pid(node_id)
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGCONT)
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_gone(pid, timeout):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 10)
+        if pid is not None:
+            _terminate([pid], timeout)
 
     def restart(self, node_id: int, hard: bool = False) -> int:
         if hard:
@@ -385,21 +380,10 @@ class LocalCluster:
 
     def down(self, purge: bool = False) -> None:
         """Stop every node and the proxy; with ``purge``, delete the state directory."""
-        pids = [p for p in (self.node_pid(n.node_id) for n in self.layout.nodes) if p is not None]
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for pid in pids:
-            if not _wait_gone(pid, max(0.1, deadline - time.monotonic())):
-                os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid, 10)
+        _terminate([p for p in (self.node_pid(n.node_id) for n in self.layout.nodes) if p is not None], 15)
         proxy = self.proxy_pid()
         if proxy is not None:
-            os.kill(proxy, signal.SIGTERM)
-            if not _wait_gone(proxy, 5):
-                os.kill(proxy, signal.SIGKILL)
-                _wait_gone(proxy, 5)
+            _terminate([proxy], 5)
         if purge and self.state_dir.exists():
             import shutil
 
@@ -450,6 +434,19 @@ class LocalCluster:
     def log_path(self, node_id: int) -> Path:
         self.layout.node(node_id)
         return self.node_dir(node_id) / "server.log"
+
+
+def _terminate(pids: list[int], timeout: float) -> None:
+    """SIGTERM the processes together (resuming paused ones first); SIGKILL whatever is
+    still there after ``timeout``."""
+    for pid in pids:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        if not _wait_gone(pid, max(0.1, deadline - time.monotonic())):
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 10)
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
