@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
 from monitor.canary.writer import CanaryWriter
 from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json
-from monitor.config import Config, WriterConfig
+from monitor.config import Config, WriterConfig, parse
 from monitor.metrics import producer_metrics
 
 
@@ -121,8 +121,6 @@ def _writer_config(cfg: Config, name: str | None, **overrides: object) -> Writer
     if overrides.get("acks") is not None and overrides["acks"] != "all" and overrides.get("idempotence") is None:
         data["idempotence"] = False
         data["transactional"] = False
-    from monitor.config import parse
-
     merged = cfg.model_dump()
     merged["writers"] = [data]
     return parse(merged, "command line options").writers[0]
