@@ -1,0 +1,1 @@
+"""``vigil audit``: the offline ground truth the live checker is compared with."""

@@ -1,0 +1,211 @@
+"""The audit oracle: every history invariant, computed over the whole history at once.
+
+Deliberately simple and independent of :mod:`invariants.checker` (it shares only the catalog
+names and the ledger parser): no incremental state, no horizon, plain sets and loops over
+everything that was read. It applies the definitions of the invariant catalog as written in
+the checker modules' docstrings; the live checker must reach the same counts (the property
+tests and the integration tests compare them). Liveness invariants (``stalled_poll``,
+``lso_stuck``, ``producer_stalled``) are judged on time and are not recomputed here, except
+the ledger's view of hanging transactions (see :func:`hanging_transactions`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from invariants.catalog import Invariant, Isolation
+from monitor.ledger import LedgerBook
+from monitor.outcomes import TxnOutcome, WriteOutcome
+
+RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
+
+# reads[isolation][(topic_id, partition)] = [(offset, ident, txn_id), ...]
+Reads = dict[Isolation, dict[tuple[str, int], list[tuple[int, Any, int]]]]
+
+HISTORY_INVARIANTS = (
+    Invariant.LOST_WRITE, Invariant.DUPLICATE, Invariant.REORDER, Invariant.ZERO_OFFSET,
+    Invariant.OFFSET_MISMATCH, Invariant.INCONSISTENT_OFFSET, Invariant.ABORTED_READ,
+    Invariant.PARTIAL_TXN, Invariant.OUTCOME_GAP,
+)
+
+
+@dataclass
+class AuditResult:
+    counts: dict[tuple[Invariant, Isolation], int] = field(default_factory=lambda: defaultdict(int))
+    examples: dict[tuple[Invariant, Isolation], list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    records_checked: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
+    expired_unread: int = 0
+    aborted_allowed: int = 0
+    undecided: int = 0
+
+    def add(self, inv: Invariant, iso: Isolation, n: int = 1, **example: Any) -> None:
+        self.counts[(inv, iso)] += n
+        if len(self.examples[(inv, iso)]) < 5:
+            self.examples[(inv, iso)].append(example)
+
+    def count(self, inv: Invariant, iso: Isolation) -> int:
+        return self.counts.get((inv, iso), 0)
+
+    def nonzero(self) -> dict[tuple[Invariant, Isolation], int]:
+        return {k: v for k, v in self.counts.items() if v}
+
+
+def audit(ledger_entries: Iterable[dict[str, Any]], reads: Reads, settle: int,
+          log_start: dict[tuple[str, int], int] | None = None) -> AuditResult:
+    book = LedgerBook()
+    for e in ledger_entries:
+        book.apply(e)
+    log_start = log_start or {}
+    res = AuditResult()
+    for missing in book.gaps().values():
+        res.add(Invariant.OUTCOME_GAP, NONE, len(missing), entries=missing[:10])
+
+    at: dict[Isolation, dict[tuple[str, int], dict[int, Any]]] = {RC: {}, RU: {}}
+    where: dict[Isolation, dict[tuple[str, int], dict[Any, list[int]]]] = {RC: {}, RU: {}}
+    for iso in (RC, RU):
+        for part, recs in reads.get(iso, {}).items():
+            by_offset: dict[int, Any] = {}
+            for off, ident, _txn in recs:
+                by_offset.setdefault(off, ident)
+            at[iso][part] = by_offset
+            w: dict[Any, list[int]] = defaultdict(list)
+            for off in sorted(by_offset):
+                if by_offset[off][0] != "x":
+                    w[by_offset[off]].append(off)
+            where[iso][part] = w
+            res.records_checked[iso] += sum(len(v) for v in w.values())
+
+    _duplicates_and_reorders(res, at, where)
+    _inconsistent(res, at)
+    _acked_writes(res, book, at, where, settle, log_start)
+    _transactions(res, book, reads, at)
+    return res
+
+
+def _duplicates_and_reorders(res: AuditResult, at: dict, where: dict) -> None:
+    for iso in (RC, RU):
+        for (tid, p), w in where[iso].items():
+            for ident, offs in w.items():
+                if len(offs) >= 2:
+                    res.add(Invariant.DUPLICATE, iso, topic_id=tid, partition=p, writer=ident[:2], seq=ident[2],
+                            offsets=offs)
+            highest: dict[tuple[int, int], int] = {}
+            seen: set[Any] = set()
+            for off in sorted(at[iso][(tid, p)]):
+                ident = at[iso][(tid, p)][off]
+                if ident[0] == "x":
+                    continue
+                writer, seq = ident[:2], ident[2]
+                if ident not in seen and writer in highest and seq < highest[writer]:
+                    res.add(Invariant.REORDER, iso, topic_id=tid, partition=p, offset=off, writer=writer, seq=seq)
+                seen.add(ident)
+                highest[writer] = max(seq, highest.get(writer, seq))
+
+
+def _inconsistent(res: AuditResult, at: dict) -> None:
+    for part, rc_at in at[RC].items():
+        ru_at = at[RU].get(part, {})
+        for off, ident in rc_at.items():
+            if off in ru_at and ru_at[off] != ident:
+                for iso in (RC, RU):
+                    res.add(Invariant.INCONSISTENT_OFFSET, iso, topic_id=part[0], partition=part[1], offset=off)
+
+
+def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
+    return iso is RU or txn_outcome is None or txn_outcome is TxnOutcome.COMMITTED
+
+
+def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
+                  log_start: dict[tuple[str, int], int]) -> None:
+    for (wid, inc, tid, p, seq), st in book.writes.items():
+        if st.outcome is not WriteOutcome.ACKED:
+            continue
+        txn = book.txns.get((wid, inc, st.txn_id)) if st.txn_id else None
+        ident, o = (wid, inc, seq), st.offset
+        for iso in (RC, RU):
+            if not _expected_in(iso, txn.outcome if txn else None):
+                continue
+            offsets_read = at[iso].get((tid, p), {})
+            if not offsets_read:
+                res.undecided += 1
+                continue
+            start, frontier = min(offsets_read), max(offsets_read) + 1
+            found = where[iso][(tid, p)].get(ident, [])
+            ex = dict(topic_id=tid, partition=p, writer=(wid, inc), seq=seq, acked_offset=o, read_at=found)
+            if frontier <= o:
+                res.undecided += 1
+            elif o < start:
+                res.expired_unread += 1
+            elif o == 0 and offsets_read.get(0) != ident:
+                res.add(Invariant.ZERO_OFFSET, iso, **ex)
+                if found:
+                    res.add(Invariant.OFFSET_MISMATCH, iso, **ex)
+            elif o in found:
+                pass
+            elif any(r <= o + settle - 1 for r in found):
+                res.add(Invariant.OFFSET_MISMATCH, iso, **ex)
+            elif frontier >= o + settle:
+                if o < log_start.get((tid, p), 0):
+                    res.expired_unread += 1
+                else:
+                    res.add(Invariant.LOST_WRITE, iso, **ex)
+            else:
+                res.undecided += 1
+
+
+def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) -> None:
+    rc_seen: dict[tuple[int, int, int], dict[Any, int]] = defaultdict(dict)
+    ru_seen: dict[tuple[int, int, int], set[Any]] = defaultdict(set)
+    for iso, target in ((RC, rc_seen), (RU, ru_seen)):
+        for (tid, p), recs in reads.get(iso, {}).items():
+            for off, ident, txn_id in recs:
+                if txn_id and ident[0] != "x":
+                    key = (ident[0], ident[1], txn_id)
+                    wkey = (ident[0], ident[1], tid, p, ident[2])
+                    if iso is RC:
+                        target[key].setdefault(wkey, off)
+                    else:
+                        target[key].add(wkey)
+    for key, txn in book.txns.items():
+        if txn.outcome is TxnOutcome.ABORTED:
+            for wkey, off in rc_seen.get(key, {}).items():
+                res.add(Invariant.ABORTED_READ, RC, topic_id=wkey[2], partition=wkey[3], offset=off, txn=key)
+            res.aborted_allowed += len(ru_seen.get(key, ()))
+        if txn.outcome not in (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE):
+            continue
+        states = [book.writes[w] for w in txn.writes if w in book.writes]
+        if any(s.outcome is WriteOutcome.PENDING for s in states):
+            continue
+        tops: dict[tuple[str, int], int] = {}
+        for w in txn.writes:
+            st = book.writes.get(w)
+            if st is not None and st.outcome is WriteOutcome.ACKED:
+                tops[(w[2], w[3])] = max(st.offset, tops.get((w[2], w[3]), -1))
+        if not tops:
+            continue
+        if any(not at[RC].get(part) or max(at[RC][part]) < top for part, top in tops.items()):
+            continue
+        visible = sum(1 for w, off in rc_seen.get(key, {}).items() if off <= tops.get((w[2], w[3]), -1))
+        if 0 < visible < len(txn.writes):
+            res.add(Invariant.PARTIAL_TXN, RC, txn=key, visible=visible, intended=len(txn.writes))
+
+
+def hanging_transactions(book: LedgerBook, entries: Iterable[dict[str, Any]], threshold_s: float) -> int:
+    """Per (transaction, partition): open (intent → decision) longer than ``threshold_s``."""
+    opened: dict[tuple[int, int, int], tuple[int, set[int]]] = {}
+    count = 0
+    for e in entries:
+        if e["kind"] == "intent" and e.get("txn"):
+            parts = {w[0] for w in e["writes"]}
+            key = (e["writer_id"], e["inc"], int(e["txn"]["id"]))
+            ts, prev = opened.get(key, (e["ts_us"], set()))
+            opened[key] = (ts, prev | parts)
+        elif e["kind"] == "txn":
+            key = (e["writer_id"], e["inc"], int(e["id"]))
+            if key in opened:
+                ts, parts = opened.pop(key)
+                if (e["ts_us"] - ts) / 1e6 > threshold_s:
+                    count += len(parts)
+    return count

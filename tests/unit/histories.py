@@ -1,0 +1,280 @@
+"""Histories for the checker tests: a log per partition, what each reader returned, the
+ledger, and the anomalies injected on purpose (the expected violations).
+
+Each incident is written by its own fresh writer (like a drill), between honest background
+records, so its expected effect is exact and independent of the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from invariants.catalog import Invariant, Isolation
+from invariants.checker import Checker
+from invariants.model import Read, Settings
+
+RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
+TOPIC = "t-0001"
+I = Invariant
+
+KINDS = ("clean", "lost", "hole", "duplicate", "reorder", "zero", "mismatch", "inconsistent", "aborted_read",
+         "honest_abort", "partial", "torn", "gap", "indeterminate", "committed_txn", "unknown_txn",
+         "unknown_torn", "far")
+
+EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
+    "clean": {}, "honest_abort": {}, "indeterminate": {}, "committed_txn": {}, "unknown_txn": {},
+    "unknown_torn": {(I.PARTIAL_TXN, RC): 1},
+    "far": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "lost": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "hole": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "duplicate": {(I.DUPLICATE, RC): 1, (I.DUPLICATE, RU): 1},
+    "reorder": {(I.REORDER, RC): 1, (I.REORDER, RU): 1},
+    "zero": {(I.ZERO_OFFSET, RC): 1, (I.ZERO_OFFSET, RU): 1, (I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
+    "mismatch": {(I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
+    "inconsistent": {(I.INCONSISTENT_OFFSET, RC): 1, (I.INCONSISTENT_OFFSET, RU): 1},
+    "aborted_read": {(I.ABORTED_READ, RC): 2},
+    "partial": {(I.PARTIAL_TXN, RC): 1},
+    "torn": {(I.PARTIAL_TXN, RC): 1, (I.LOST_WRITE, RC): 1},
+    "gap": {(I.OUTCOME_GAP, NONE): 2},
+}
+
+
+@dataclass
+class Slot:
+    ident: Any
+    txn_id: int = 0
+    rc: bool = True  # visible to read_committed
+    ru_ident: Any = None  # what read_uncommitted sees instead (inconsistent offsets)
+    hole: bool = False  # offset taken but no reader returns it (truncated)
+
+
+class _Writer:
+    ids = itertools.count(1)
+
+    def __init__(self, history: "History") -> None:
+        self.h = history
+        self.wid = next(self.ids) * 7919
+        self.inc = 1
+        self.n = 0
+        self.seq: Counter[int] = Counter()
+        self.entry("start", topic=TOPIC, topic_id=TOPIC, partitions=self.h.partitions, writer={})
+
+    def entry(self, kind: str, skip: int = 0, **body: Any) -> None:
+        self.n += skip
+        self.h.ledger.append({"v": 1, "instance": f"w{self.wid}", "writer_id": self.wid, "inc": self.inc,
+                              "n": self.n, "ts_us": 1_000_000 + len(self.h.ledger), "kind": kind, **body})
+        self.n += 1
+
+    def seqs(self, p: int, k: int) -> list[int]:
+        first = self.seq[p]
+        self.seq[p] += k
+        return list(range(first, first + k))
+
+    def intent(self, p: int, seqs: list[int], txn: dict | None = None) -> None:
+        self.entry("intent", topic_id=TOPIC, writes=[[p, s, 1] for s in seqs], txn=txn)
+
+    def outcomes(self, p: int, results: list[tuple[int, str, int]]) -> None:
+        self.entry("outcomes", topic_id=TOPIC,
+                   runs=[[p, s, 1, outcome, off, 1, 2, None] for s, outcome, off in results])
+
+    def ident(self, seq: int) -> tuple[int, int, int]:
+        return (self.wid, self.inc, seq)
+
+
+@dataclass
+class History:
+    partitions: int
+    settle: int = 4
+    logs: dict[int, list[Slot]] = field(default_factory=dict)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    expected: Counter = field(default_factory=Counter)
+    foreign = itertools.count(1)
+
+    def __post_init__(self) -> None:
+        self.logs = {p: [] for p in range(self.partitions)}
+        self.background = _Writer(self)
+
+    def append(self, p: int, slot: Slot) -> int:
+        self.logs[p].append(slot)
+        return len(self.logs[p]) - 1
+
+    def honest(self, w: _Writer, p: int, k: int = 1) -> list[tuple[int, int]]:
+        seqs = w.seqs(p, k)
+        w.intent(p, seqs)
+        offs = [self.append(p, Slot(w.ident(s))) for s in seqs]
+        w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
+        return list(zip(seqs, offs))
+
+    # -- incidents -------------------------------------------------------------------------
+
+    def incident(self, kind: str, p: int) -> None:
+        if kind == "gap":
+            w = _Writer(self)
+            w.entry("stop", skip=2)
+            self.expected.update(EFFECTS[kind])
+            return
+        w = _Writer(self)
+        getattr(self, f"_{kind}")(w, p)
+        w.entry("stop")
+        self.expected.update(EFFECTS[kind])
+
+    def _clean(self, w: _Writer, p: int) -> None:
+        self.honest(w, p, 3)
+
+    def _lost(self, w: _Writer, p: int) -> None:
+        (_s, cover), = self.honest(w, p)
+        (lie,) = w.seqs(p, 1)
+        w.intent(p, [lie])
+        w.outcomes(p, [(lie, "acked", cover)])
+
+    def _hole(self, w: _Writer, p: int) -> None:
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        off = self.append(p, Slot(w.ident(s), hole=True))
+        w.outcomes(p, [(s, "acked", off)])
+
+    def _duplicate(self, w: _Writer, p: int) -> None:
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        first = self.append(p, Slot(w.ident(s)))
+        self.honest(self.background, p)
+        self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", first)])
+
+    def _reorder(self, w: _Writer, p: int) -> None:
+        s, s1 = w.seqs(p, 2)
+        w.intent(p, [s, s1])
+        late = self.append(p, Slot(w.ident(s1)))
+        early = self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", early), (s1, "acked", late)])
+
+    def _zero(self, w: _Writer, p: int) -> None:
+        self.honest(self.background, p, 7)  # more than one read chunk between offset 0 and it
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", 0)])
+
+    def _mismatch(self, w: _Writer, p: int) -> None:
+        (_c, cover), = self.honest(w, p)
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", cover)])
+
+    def _far(self, w: _Writer, p: int) -> None:
+        """Acked at o, but the record sits at o + settle: just outside the settle window."""
+        (_c, cover), = self.honest(w, p)
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        self.honest(self.background, p, self.settle - 1)
+        self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", cover)])
+
+    def _inconsistent(self, w: _Writer, p: int) -> None:
+        self.append(p, Slot(("x", next(self.foreign)), ru_ident=("x", next(self.foreign))))
+
+    def _txn(self, w: _Writer, p: int, size: int, written: int, rc_visible: int, recorded: str,
+             phantom_outcome: str = "indeterminate") -> None:
+        seqs = w.seqs(p, size)
+        w.intent(p, seqs, {"id": 1, "size": size, "abort": recorded == "aborted"})
+        offs = [self.append(p, Slot(w.ident(s), txn_id=1, rc=i < rc_visible)) for i, s in enumerate(seqs[:written])]
+        results = [(s, "acked", o) for s, o in zip(seqs, offs)]
+        results += [(s, phantom_outcome, -1) for s in seqs[written:]]
+        w.outcomes(p, results)
+        w.entry("txn", id=1, outcome=recorded, error=None)
+
+    def _aborted_read(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 2, 2, 2, "aborted")
+
+    def _honest_abort(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 3, 3, 0, "aborted")
+
+    def _partial(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 2, 1, 1, "committed")
+
+    def _torn(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 2, 2, 1, "committed")
+
+    def _committed_txn(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 3, 3, 3, "committed")
+
+    def _unknown_txn(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 2, 2, 2, "indeterminate")
+
+    def _unknown_torn(self, w: _Writer, p: int) -> None:
+        self._txn(w, p, 3, 3, 1, "indeterminate")
+
+    def _indeterminate(self, w: _Writer, p: int) -> None:
+        seqs = w.seqs(p, 2)
+        w.intent(p, seqs)
+        self.append(p, Slot(w.ident(seqs[0])))
+        w.outcomes(p, [(seqs[0], "indeterminate", -1), (seqs[1], "failed", -1)])
+
+    # -- what readers return ---------------------------------------------------------------
+
+    def reads(self, iso: Isolation, p: int) -> list[Read]:
+        out = []
+        for off, slot in enumerate(self.logs[p]):
+            if slot.hole or (iso is RC and not slot.rc):
+                continue
+            ident = slot.ru_ident if iso is RU and slot.ru_ident is not None else slot.ident
+            out.append(Read(off, ident, slot.txn_id))
+        return out
+
+
+def build(partitions: int, incidents: list[tuple[str, int]], settle: int, rng: random.Random) -> History:
+    h = History(partitions, settle)
+    for p in range(partitions):
+        h.honest(h.background, p)  # offset 0 of every partition: an honest record
+    for kind, p in incidents:
+        h.honest(h.background, p % partitions, rng.randint(0, 2))
+        h.incident(kind, p % partitions)
+    for p in range(partitions):
+        h.honest(h.background, p, settle + 1)  # read past everything
+    h.background.entry("stop")
+    return h
+
+
+def run_live(h: History, settings: Settings, rng: random.Random, restart_p: float = 0.2,
+             order: str = "random") -> Checker:
+    """Feed the history in random micro-batches, pickling the checker at random boundaries.
+
+    ``order``: ``random`` interleaves ledger and reads; ``ledger_first`` / ``reads_first``
+    deliver all of one before any of the other (outcomes known early / arriving late).
+    """
+    streams: list[tuple[str, Any, list]] = [("ledger", None, list(h.ledger))]
+    for iso in (RC, RU):
+        for p in range(h.partitions):
+            streams.append(("reads", (iso, p), h.reads(iso, p)))
+    checker = Checker(settings)
+    if order != "random":
+        first = [s for s in streams if (s[0] == "ledger") == (order == "ledger_first")]
+        streams = first + [s for s in streams if s not in first]
+    while any(s[2] for s in streams):
+        live = [s for s in streams if s[2]]
+        batch = rng.sample(live, len(live)) if order == "random" else live[:1]
+        for kind, key, items in batch:
+            if not items:
+                continue
+            k = rng.randint(0, min(len(items), 6))
+            chunk, items[:] = items[:k], items[k:]
+            if kind == "ledger":
+                checker.apply_ledger(chunk)
+            else:
+                checker.apply_reads(key[0], TOPIC, key[1], chunk)
+        checker.settle()
+        if rng.random() < restart_p:
+            checker = pickle.loads(pickle.dumps(checker))
+    checker.settle()
+    return checker
+
+
+def audit_input(h: History) -> dict:
+    return {iso: {(TOPIC, p): [(r.offset, r.ident, r.txn_id) for r in h.reads(iso, p)] for p in range(h.partitions)}
+            for iso in (RC, RU)}
