@@ -191,6 +191,39 @@ class MetricsConfig(_Model):
     port: int = Field(9464, ge=0, le=65535, description="port of the /metrics endpoint; 0 = off")
 
 
+class EvidenceConfig(_Model):
+    path: str = Field("", description="JSON-lines file of every violation; empty = <state_dir>/evidence.jsonl")
+    topic: str = Field("", description="also produce every violation to this Kafka topic (keyed by batch id "
+                       "and index, so a replayed batch overwrites itself in a compacted topic); empty = off")
+
+
+class WatchConfig(_Model):
+    checkpoint_dir: str = Field("", description="Spark checkpoint and checker state; empty = <state_dir>/checkpoint")
+    spark_master: str = Field("local[2]", description="Spark master of the watch job")
+    driver_memory: str = Field("2g", description="spark.driver.memory")
+    java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")
+    trigger_ms: int = Field(500, ge=50, description="processing-time trigger interval of the query")
+    max_offsets_per_trigger: int = Field(200000, ge=1, description="maxOffsetsPerTrigger of each source, "
+                                         "so a catch-up batch stays short")
+    poll_timeout_ms: int = Field(30000, ge=1000, description="kafkaConsumer.pollTimeoutMs: how long a hung "
+                                 "fetch blocks a batch before the query fails and is restarted")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="where a new checkpoint starts reading the canary and ledger topics")
+    settle_offsets: int = Field(16, ge=1, description="H: a write missing at its acked offset o is lost once "
+                                "the reader reached o+H without finding it (found before: offset_mismatch)")
+    horizon_offsets: int = Field(20000, ge=100, description="per reader and partition, how far behind the "
+                                 "frontier the checker remembers offsets (older anomalies: the audit's)")
+    unseen_after_s: float = Field(10.0, gt=0, description="an acked write not yet read after this is `unseen`")
+    stall_threshold_s: float = Field(15.0, gt=0, description="stalled_poll: no progress with records available")
+    lso_stuck_threshold_s: float = Field(30.0, gt=0, description="lso_stuck: LSO frozen below a moving high "
+                                         "watermark (longest canary transaction plus a margin)")
+    producer_stall_s: float = Field(30.0, gt=0, description="producer_stalled: a write waiting this long "
+                                    "for its outcome")
+    probe_interval_s: float = Field(1.0, gt=0, description="how often the poll prober checks each partition")
+    restart_backoff_max_s: float = Field(30.0, gt=0, description="longest wait before restarting a failed query")
+    evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
+
+
 def _default_writers() -> list[WriterConfig]:
     return [
         WriterConfig(name="idempotent", acks="all", idempotence=True, rate=200.0),
@@ -208,6 +241,7 @@ class Config(_Model):
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     writers: list[WriterConfig] = Field(default_factory=_default_writers, description="canary writers of `vigil run`")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
 
     @model_validator(mode="after")
     def _unique_writer_names(self) -> "Config":
@@ -232,6 +266,12 @@ class Config(_Model):
 
     def ledger_kafka(self) -> KafkaConfig:
         return self.ledger.kafka or self.kafka
+
+    def checkpoint_dir(self) -> Path:
+        return Path(self.watch.checkpoint_dir or Path(self.state_dir) / "checkpoint")
+
+    def evidence_path(self) -> Path:
+        return Path(self.watch.evidence.path or Path(self.state_dir) / "evidence.jsonl")
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

@@ -7,15 +7,20 @@ rate/increase and absent()-style alerts work from the first scrape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from invariants.catalog import Isolation, series
 
 from monitor.outcomes import TxnOutcome, WriteOutcome
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]
 PRODUCER_ERROR_KINDS = ["init_producer_id", "transaction", "fatal", "client", "queue_full"]
+READER_ISOLATIONS = (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -62,3 +67,119 @@ def producer_metrics(registry: CollectorRegistry) -> ProducerMetrics:
             "vigil_producer_incarnation", "Current incarnation number of the writer instance.", ["writer"],
             registry=registry),
     )
+
+
+# -- the live checker ------------------------------------------------------------------------
+
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
+
+
+@dataclass
+class WatchSnapshot:
+    """Everything the watch exports, as of the last durable save (so a restart never shows less)."""
+
+    violations: dict  # (Invariant, Isolation) -> int, every catalog series present
+    records_checked: dict  # Isolation -> int
+    expired_unread: int = 0
+    malformed: dict = field(default_factory=dict)  # kind -> int
+    aborted_allowed: int = 0
+    unseen: dict = field(default_factory=dict)  # Isolation -> int
+    e2e_counts: dict = field(default_factory=dict)  # Isolation -> list of per-bucket counts (+Inf last)
+    e2e_sum: dict = field(default_factory=dict)
+    lag: dict = field(default_factory=dict)  # (Isolation, partition) -> records
+    last_progress: dict = field(default_factory=dict)  # (Isolation, partition) -> unix seconds
+    last_batch: float = 0.0
+    up: int = 0
+    restarts: int = 0
+    led: dict = field(default_factory=dict)  # broker id -> partitions led
+    stalls_open: dict = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
+    state_bytes: int = 0
+    batches: int = 0
+
+
+MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
+
+
+class WatchCollector:
+    """Exports a :class:`WatchSnapshot` obtained from ``snapshot()`` at scrape time.
+
+    Label sets: ``invariant`` × ``isolation`` = the 21 catalog series; ``isolation`` 2 values;
+    ``partition`` = the canary topic's partitions; ``broker`` = the cluster's broker ids;
+    ``kind`` = :data:`MALFORMED_KINDS`.
+    """
+
+    def __init__(self, snapshot: Callable[[], WatchSnapshot]) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot()
+        v = CounterMetricFamily("vigil_violations", "Invariant violations detected, by invariant and isolation "
+                                "level (cumulative across monitor restarts; see docs/invariants.md).",
+                                labels=["invariant", "isolation"])
+        for (inv, iso) in series():
+            v.add_metric([inv.value, iso.value], s.violations.get((inv, iso), 0))
+        yield v
+        checked = CounterMetricFamily("vigil_records_checked", "Canary records read and checked, per reader.",
+                                      labels=["isolation"])
+        for iso in READER_ISOLATIONS:
+            checked.add_metric([iso.value], s.records_checked.get(iso, 0))
+        yield checked
+        yield CounterMetricFamily("vigil_expired_unread", "Acked writes that could not be judged: below the "
+                                  "reader's start or the log start offset, or acked beyond the live horizon.",
+                                  value=s.expired_unread)
+        mal = CounterMetricFamily("vigil_malformed_records", "Records that are not well-formed canary records "
+                                  "(foreign, malformed, bad ledger entries, unknown topic); counted, never fatal.",
+                                  labels=["kind"])
+        for kind in MALFORMED_KINDS:
+            mal.add_metric([kind], s.malformed.get(kind, 0))
+        yield mal
+        ab = CounterMetricFamily("vigil_aborted_records_read", "Records of aborted transactions returned by the "
+                                 "read_uncommitted reader (allowed; not a violation).", labels=["isolation"])
+        ab.add_metric([READER_ISOLATIONS[1].value], s.aborted_allowed)
+        yield ab
+        unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
+                                   "reader has not reached yet (late, not lost).", labels=["isolation"])
+        for iso in READER_ISOLATIONS:
+            unseen.add_metric([iso.value], s.unseen.get(iso, 0))
+        yield unseen
+        e2e = HistogramMetricFamily("vigil_e2e_latency_seconds", "Produce-to-check latency of canary records, "
+                                    "per reader.", labels=["isolation"])
+        for iso in READER_ISOLATIONS:
+            counts = list(s.e2e_counts.get(iso, [0] * (len(E2E_BUCKETS) + 1)))
+            cumulative, total = [], 0
+            for bound, c in zip([*map(str, E2E_BUCKETS), "+Inf"], counts):
+                total += c
+                cumulative.append((bound, total))
+            e2e.add_metric([iso.value], cumulative, s.e2e_sum.get(iso, 0.0))
+        yield e2e
+        lag = GaugeMetricFamily("vigil_partition_lag_records", "Records between the checker's position and the "
+                                "end (high watermark, or LSO for read_committed), per partition.",
+                                labels=["isolation", "partition"])
+        prog = GaugeMetricFamily("vigil_partition_last_progress_timestamp_seconds", "When the checker last "
+                                 "advanced on the partition.", labels=["isolation", "partition"])
+        for (iso, p), n in sorted(s.lag.items(), key=lambda kv: (kv[0][0].value, kv[0][1])):
+            lag.add_metric([iso.value, str(p)], n)
+        for (iso, p), t in sorted(s.last_progress.items(), key=lambda kv: (kv[0][0].value, kv[0][1])):
+            prog.add_metric([iso.value, str(p)], t)
+        yield lag
+        yield prog
+        yield GaugeMetricFamily("vigil_last_batch_timestamp_seconds", "When the watch last completed a "
+                                "micro-batch or an idle trigger (the monitor's own freshness).", value=s.last_batch)
+        yield GaugeMetricFamily("vigil_up", "1 while the watch query runs, 0 while it is (re)starting.", value=s.up)
+        yield CounterMetricFamily("vigil_query_restarts", "Times the supervisor restarted the failed query.",
+                                  value=s.restarts)
+        led = GaugeMetricFamily("vigil_partitions_led", "Canary partitions led per broker (0 = a broker the "
+                                "canary does not cover).", labels=["broker"])
+        for broker, n in sorted(s.led.items()):
+            led.add_metric([str(broker)], n)
+        yield led
+        stalls = GaugeMetricFamily("vigil_stalls_open", "Liveness episodes currently open (stalled_poll, "
+                                   "lso_stuck, producer_stalled).", labels=["invariant", "isolation"])
+        for (inv, iso), n in sorted(s.stalls_open.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)):
+            stalls.add_metric([inv.value, iso.value], n)
+        yield stalls
+        yield GaugeMetricFamily("vigil_state_bytes", "Size of the checker's durable state.", value=s.state_bytes)
+        yield CounterMetricFamily("vigil_batches", "Micro-batches the checker applied.", value=s.batches)

@@ -56,4 +56,5 @@ from monitor.cluster import jars
 from monitor.config import load
 cfg = load(None)
 print(jars.kafka_broker_jars(cfg.cluster.kafka_version, lambda m: print("  " + m)))
+print(jars.spark_kafka_connector_jars(lambda m: print("  " + m))[0].rsplit("/", 1)[0])
 PY

@@ -119,6 +119,7 @@ def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
 
 def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
                   log_start: dict[tuple[str, int], int]) -> None:
+    bounds = {iso: {part: (min(offs), max(offs) + 1) for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
     for (wid, inc, tid, p, seq), st in book.writes.items():
         if st.outcome is not WriteOutcome.ACKED:
             continue
@@ -131,7 +132,7 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
             if not offsets_read:
                 res.undecided += 1
                 continue
-            start, frontier = min(offsets_read), max(offsets_read) + 1
+            start, frontier = bounds[iso][(tid, p)]
             found = where[iso][(tid, p)].get(ident, [])
             ex = dict(topic_id=tid, partition=p, writer=(wid, inc), seq=seq, acked_offset=o, read_at=found)
             if frontier <= o:

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from monitor.cli import cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd
+from monitor.cli import audit_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
 from monitor.cli.common import EXPECTED_ERRORS
 
 app = typer.Typer(
@@ -23,6 +23,8 @@ app.add_typer(config_cmd.app, name="config")
 app.command("produce")(produce_cmd.produce)
 app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)
+app.command("watch")(watch_cmd.watch)
+app.command("audit")(audit_cmd.audit_cmd)
 
 
 def main() -> None:

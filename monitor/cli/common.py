@@ -18,9 +18,11 @@ from monitor.config import Config, ConfigError, load
 from monitor.drills import DrillError
 from monitor.identity import IdentityError
 from monitor.ledger import LedgerError
+from monitor.watch.state import StateError
+from monitor.audit.reader import AuditReadError
 
 EXPECTED_ERRORS = (ConfigError, ClusterError, ResolveError, JavaError, ClientError, IdentityError, DrillError,
-                   LedgerError)
+                   LedgerError, StateError, AuditReadError)
 
 console = Console(highlight=False, width=max(120, Console().width))
 err_console = Console(stderr=True, highlight=False)

@@ -1,8 +1,8 @@
 """`vigil run`: the embedded default in one command.
 
 Starts the local cluster (unless ``kafka.bootstrap_servers`` is set), every configured canary
-writer, and the metrics endpoint, and shows a live status line until Ctrl-C or --duration.
-The live checker (`vigil watch`) joins this command with the checker issue.
+writer and the live checker (the `vigil watch` job) with the metrics endpoint, and shows a
+live status line until Ctrl-C or --duration.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from rich.live import Live
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
@@ -21,6 +21,7 @@ from monitor.cli.common import ConfigOption, console, err_console, load_config, 
 from monitor.cli.produce_cmd import install_stop_handlers, status_line, writer_summary
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.metrics import producer_metrics
+from monitor.watch.runtime import WatchRuntime
 
 
 def run(
@@ -28,7 +29,12 @@ def run(
     duration: Optional[float] = typer.Option(None, help="Stop after this many seconds (default: until Ctrl-C)."),
     as_json: bool = typer.Option(False, "--json", help="Print the writers' final summaries as JSON."),
 ) -> None:
-    """Run the embedded default: local 3-node cluster, canary writers, metrics on 127.0.0.1:9464."""
+    """Run the embedded default: local 3-node cluster, canary writers and the live checker,
+    metrics on 127.0.0.1:9464.
+
+    With `kafka.bootstrap_servers` set, the configured cluster is used instead of the local
+    one. Writers stop first (waiting for their last acknowledgements), then the checker.
+    """
     cfg = load_config(config)
     if cfg.embedded:
         status = LocalCluster(cfg.cluster, progress).up()
@@ -36,35 +42,60 @@ def run(
                           f"(active controller: node {status.active_controller})")
     registry = CollectorRegistry()
     metrics = producer_metrics(registry)
-    if cfg.metrics.port:
-        start_http_server(cfg.metrics.port, addr=cfg.metrics.bind, registry=registry)
-        err_console.print(f"metrics: http://{cfg.metrics.bind}:{cfg.metrics.port}/metrics")
     topics = prepare_topics(cfg)
-    stop = threading.Event()
-    install_stop_handlers(stop)
-    threads = [WriterThread(open_writer(cfg, w, topics, metrics), stop, duration) for w in cfg.writers]
+    runtime = WatchRuntime(cfg, progress)
+    requested, writers_stop = threading.Event(), threading.Event()
+    install_stop_handlers(requested)
+    threads = [WriterThread(open_writer(cfg, w, topics, metrics), writers_stop, None) for w in cfg.writers]
     for t in threads:
         t.start()
     started = time.monotonic()
 
-    def render() -> str:
-        lines = [status_line(t.writer) for t in threads]
-        return f"[{time.monotonic() - started:5.0f} s] Ctrl-C to stop\n" + "\n".join(lines)
-
-    if as_json:
+    def shutdown() -> None:
+        """Writers stop first (their last outcomes land), then the checker reads up to the end."""
+        requested.wait(duration)
+        writers_stop.set()
         for t in threads:
             t.join()
-    else:
-        with Live(render(), console=err_console, refresh_per_second=2, transient=False) as live:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.25)
-                live.update(render())
+        runtime.wait_caught_up(timeout_s=120.0)
+        runtime.stop.set()
+
+    threading.Thread(target=shutdown, name="vigil-shutdown", daemon=True).start()
+    if cfg.metrics.port:
+        err_console.print(f"metrics: http://{cfg.metrics.bind}:{cfg.metrics.port}/metrics   "
+                          f"evidence: {cfg.evidence_path()}")
+
+    def render() -> str:
+        snap = runtime.published
+        found = sum(snap.violations.values())
+        checked = " ".join(f"{iso.value}={n}" for iso, n in snap.records_checked.items())
+        lines = [status_line(t.writer) for t in threads]
+        lines.append(f"checker: {'up' if snap.up else 'starting'}  checked {checked or '-'}  "
+                     f"violations {found}  batches {snap.batches}")
+        return f"[{time.monotonic() - started:5.0f} s] Ctrl-C to stop\n" + "\n".join(lines)
+
+    from monitor.watch.main import run_watch
+
+    try:
+        if as_json:
+            run_watch(cfg, runtime, None, progress, registry)
+        else:
+            with Live(render(), console=err_console, refresh_per_second=2, transient=False) as live:
+                run_watch(cfg, runtime, None, progress, registry, on_tick=lambda: live.update(render()))
+    finally:
+        writers_stop.set()
+        for t in threads:
+            t.join()
     failures = [t for t in threads if t.error is not None]
     if as_json:
-        print_json([writer_summary(t.writer) for t in threads])
+        snap = runtime.published
+        print_json({"writers": [writer_summary(t.writer) for t in threads],
+                    "checker": {"records_checked": {i.value: n for i, n in snap.records_checked.items()},
+                                "violations": {f"{inv.value}/{iso.value}": n for (inv, iso), n in
+                                               snap.violations.items() if n},
+                                "batches": snap.batches, "restarts": snap.restarts}})
     for t in failures:
         err_console.print(f"[red]writer {t.writer.cfg.name} failed:[/] {t.error}")
     if failures:
         raise typer.Exit(1)
-    console.print("stopped; the local cluster keeps running (`vigil cluster down` stops it)")
+    err_console.print("stopped; the local cluster keeps running (`vigil cluster down` stops it)")

@@ -50,12 +50,15 @@ def candidates(configured: str) -> list[str]:
     return found
 
 
-def find_java(configured: str = "") -> Java:
-    """The newest JDK found (preferring one that supports the proxied layout)."""
+def find_java(configured: str = "", max_major: int | None = None) -> Java:
+    """The newest JDK found (preferring one that supports the proxied layout).
+
+    ``max_major`` caps the version (Spark 4 runs on Java 17 and 21).
+    """
     best: Java | None = None
     for exe in candidates(configured):
         major = _major(exe)
-        if major is None or major < MIN_VERSION:
+        if major is None or major < MIN_VERSION or (max_major is not None and major > max_major):
             continue
         if best is None or major > best.major:
             best = Java(exe, major)

@@ -1,0 +1,99 @@
+"""Reading the whole history for the audit: every partition from the beginning, both
+isolation levels, up to the end (high watermark / LSO), plus the whole ledger."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any, Callable
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from invariants.catalog import Isolation
+from monitor import clients, record_format
+from monitor.config import Config
+from monitor.ledger import decode_entry
+
+
+class AuditReadError(Exception):
+    pass
+
+
+def _read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,
+                 on_message: Callable[[Any], None], progress: Callable[[str], None]) -> None:
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    last_note = time.monotonic()
+    count = 0
+    while len(at_end) < partitions:
+        if time.monotonic() > deadline:
+            raise AuditReadError(f"{topic}: did not reach the end of partitions "
+                                 f"{sorted(set(range(partitions)) - at_end)} within {timeout_s:.0f} s")
+        for msg in consumer.consume(10000, 1.0):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            on_message(msg)
+            count += 1
+        if time.monotonic() - last_note > 5:
+            progress(f"{topic}: {count} records read")
+            last_note = time.monotonic()
+
+
+def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
+                 ) -> tuple[list[dict[str, Any]], dict, dict, str, dict]:
+    """(ledger entries, reads per isolation, log start per partition, canary topic id, malformed counts)."""
+    bootstrap = clients.canary_bootstrap(cfg)
+    info = clients.describe_topic(clients.admin(cfg.kafka, bootstrap), cfg.canary.name)
+    if info is None:
+        raise AuditReadError(f"canary topic {cfg.canary.name!r} does not exist")
+    ledger_info = clients.describe_topic(clients.admin(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg)),
+                                         cfg.ledger.topic)
+    malformed = {"ledger": 0, "foreign": 0, "malformed": 0}
+    entries: list[dict[str, Any]] = []
+    if ledger_info is not None:
+        by_partition: dict[int, list[tuple[int, dict]]] = {}
+
+        def on_ledger(msg: Any) -> None:
+            entry = decode_entry(msg.value())
+            if entry is None:
+                malformed["ledger"] += 1
+            else:
+                by_partition.setdefault(msg.partition(), []).append((msg.offset(), entry))
+
+        c = clients.consumer(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg), "read_committed", group="vigil-audit")
+        try:
+            _read_to_end(c, cfg.ledger.topic, ledger_info.partitions, timeout_s, on_ledger, progress)
+        finally:
+            c.close()
+        for p in sorted(by_partition):
+            entries.extend(e for _off, e in sorted(by_partition[p], key=lambda t: t[0]))
+    reads: dict[Isolation, dict[tuple[str, int], list[tuple[int, Any, int]]]] = {}
+    for iso in (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED):
+        per: dict[tuple[str, int], list[tuple[int, Any, int]]] = {}
+
+        def on_canary(msg: Any, per: dict = per, iso: Isolation = iso) -> None:
+            rec = record_format.decode(msg.value())
+            if isinstance(rec, record_format.CanaryRecord):
+                item = (msg.offset(), (rec.writer_id, rec.incarnation, rec.seq), rec.txn_id)
+            else:
+                value = msg.value() or b""
+                if iso is Isolation.READ_UNCOMMITTED:
+                    malformed["malformed" if value[:2] == record_format.MAGIC else "foreign"] += 1
+                item = (msg.offset(), ("x", zlib.crc32(value), len(value)), 0)
+            per.setdefault((info.topic_id, msg.partition()), []).append(item)
+
+        c = clients.consumer(cfg.kafka, bootstrap, iso.value, group="vigil-audit")
+        try:
+            _read_to_end(c, cfg.canary.name, info.partitions, timeout_s, on_canary, progress)
+            low = {p: c.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[0]
+                   for p in range(info.partitions)}
+        finally:
+            c.close()
+        reads[iso] = per
+    log_start = {(info.topic_id, p): off for p, off in low.items()}
+    return entries, reads, log_start, info.topic_id, malformed

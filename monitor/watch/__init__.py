@@ -1,0 +1,1 @@
+"""``vigil watch``: the live checker — Spark sources, the checker adapter, prober, exporter."""

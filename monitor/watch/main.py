@@ -1,0 +1,75 @@
+"""Wiring of the watch job: state, metrics endpoint, Spark, prober, supervisor — in that order."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+import os
+import sys
+import time
+from typing import Callable
+
+from prometheus_client import CollectorRegistry
+from pyspark.sql.streaming import StreamingQueryListener
+
+from monitor.config import Config
+from monitor.watch.runtime import WatchRuntime
+
+
+def _offsets(text: str | None) -> object:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return text
+
+
+def _started(stamp: str) -> float:
+    """A Spark progress timestamp (ISO 8601, UTC) as unix seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+class _Freshness(StreamingQueryListener):
+    """Marks the monitor fresh on every trigger, with or without data."""
+
+    def __init__(self, runtime: WatchRuntime) -> None:
+        self.runtime = runtime
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's names)
+        pass
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        caught_up = all(_offsets(src.endOffset) == _offsets(src.latestOffset) for src in event.progress.sources)
+        self.runtime.on_progress(_started(event.progress.timestamp) if caught_up else None)
+        if os.environ.get("VIGIL_DEBUG_BATCHES"):
+            p = event.progress
+            print(f"progress batch {p.batchId}: rows {p.numInputRows} durations {p.durationMs}", file=sys.stderr,
+                  flush=True)
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        self.runtime.on_progress(_started(event.timestamp))
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        pass
+
+
+def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
+              progress: Callable[[str], None] = lambda _m: None, registry: CollectorRegistry | None = None,
+              on_tick: Callable[[], None] = lambda: None) -> None:
+    """Serve /metrics from the restored state first, then run the query until stop or ``duration``."""
+    from monitor.watch import spark as spark_job  # pyspark is heavy: imported when used
+
+    runtime.serve_metrics(registry)
+    runtime.prober.start()
+    progress("starting Spark (the first batch takes a few seconds)")
+    spark = spark_job.session(cfg, progress)
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.streams.addListener(_Freshness(runtime))
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        runtime.supervise(lambda: spark_job.start_query(spark, cfg, runtime.handle_batch), deadline, on_tick)
+    finally:
+        runtime.stop.set()
+        for q in spark.streams.active:
+            q.stop()
+        runtime.prober.join(10)
+        spark.stop()

@@ -1,0 +1,109 @@
+"""The Spark side of ``vigil watch``: session, sources, and the streaming query.
+
+One query over the union of three Kafka sources — the canary topic read with
+``kafka.isolation.level`` ``read_committed`` and ``read_uncommitted``, and the outcome ledger —
+with a ``src`` column telling them apart, so both isolation levels and the outcomes meet in
+one place (cross-isolation checks need both). ``failOnDataLoss=false``: Vigil detects loss
+itself. ``maxOffsetsPerTrigger`` keeps a catch-up batch short; the processing-time trigger
+gives the checker its clock (idle triggers still report progress). The micro-batch goes to
+the driver as Arrow and into :func:`monitor.watch.batch.apply_batch` from ``foreachBatch``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from monitor import clients
+from monitor.cluster import jars
+from monitor.cluster.java import find_java
+from monitor.config import Config
+
+SPARK_JAVA_MAX = 21
+# Spark's JVM logs to stderr only (stdout carries `--json` output), warnings and up.
+LOG4J2 = """status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+rootLogger.level = warn
+rootLogger.appenderRef.console.ref = console
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = error
+logger.spark_util.name = org.apache.spark.util.Utils
+logger.spark_util.level = error
+"""
+
+
+def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app: str = "vigil-watch") -> SparkSession:
+    connector = jars.spark_kafka_connector_jars(progress)
+    java = find_java(cfg.watch.java_home, max_major=SPARK_JAVA_MAX)
+    os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(os.path.realpath(java.executable)))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log_config = Path(cfg.state_dir) / "spark-log4j2.properties"
+    log_config.parent.mkdir(parents=True, exist_ok=True)
+    log_config.write_text(LOG4J2)
+    return (
+        SparkSession.builder.master(cfg.watch.spark_master).appName(app)
+        .config("spark.jars", ",".join(connector))
+        .config("spark.driver.memory", cfg.watch.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
+        .getOrCreate()
+    )
+
+
+def kafka_options(cfg: Config, ledger: bool) -> dict[str, str]:
+    kafka = cfg.ledger_kafka() if ledger else cfg.kafka
+    bootstrap = clients.ledger_bootstrap(cfg) if ledger else clients.canary_bootstrap(cfg)
+    opts = {"kafka.bootstrap.servers": bootstrap}
+    for key, value in kafka.librdkafka(bootstrap).items():
+        if key.startswith(("security.", "sasl.", "ssl.")):
+            opts[f"kafka.{key}"] = str(value)
+    return opts
+
+
+def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False) -> DataFrame:
+    reader = spark.readStream.format("kafka")
+    for key, value in kafka_options(cfg, ledger).items():
+        reader = reader.option(key, value)
+    df = (
+        reader.option("subscribe", topic)
+        .option("startingOffsets", cfg.watch.starting_offsets)
+        .option("failOnDataLoss", "false")
+        .option("maxOffsetsPerTrigger", str(cfg.watch.max_offsets_per_trigger))
+        .option("kafkaConsumer.pollTimeoutMs", str(cfg.watch.poll_timeout_ms))
+        .option("kafka.isolation.level", isolation)
+        .load()
+    )
+    return df.select(F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset", "value")
+
+
+def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True) -> DataFrame:
+    df = source(spark, cfg, cfg.canary.name, "read_committed", 0).unionByName(
+        source(spark, cfg, cfg.canary.name, "read_uncommitted", 1))
+    if with_ledger:
+        df = df.unionByName(source(spark, cfg, cfg.ledger.topic, "read_committed", 2, ledger=True))
+    return df
+
+
+def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, int], Any], name: str = "vigil",
+                checkpoint: str | None = None, with_ledger: bool = True):
+    df = union_of_sources(spark, cfg, with_ledger)
+    return (
+        df.writeStream.queryName(name)
+        .foreachBatch(handler)
+        .option("checkpointLocation", checkpoint or str(cfg.checkpoint_dir() / "spark"))
+        .trigger(processingTime=f"{cfg.watch.trigger_ms} milliseconds")
+        .start()
+    )
