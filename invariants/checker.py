@@ -147,9 +147,9 @@ class Checker:
         kind = ev[0]
         if kind == "gap":
             _, (instance, inc), missing, first = ev
-            self.counts[(I.OUTCOME_GAP, NONE)] += missing
-            self._out.append(Violation(I.OUTCOME_GAP, NONE, detail=f"{instance} incarnation {inc}: "
-                                       f"{missing} ledger entries missing from n={first}"))
+            for n in range(first, first + missing):  # one violation (and evidence line) per lost entry
+                self._violation(I.OUTCOME_GAP, NONE, detail=f"{instance} incarnation {inc}: ledger entry n={n} "
+                                f"missing ({missing} from n={first})")
         elif kind == "intent":
             _, wkey, tkey, _ts = ev
             if tkey:
@@ -259,9 +259,6 @@ class Checker:
             ident = wkey[2:]
             if off == 0 and v.start == 0 and ident == v.zero:
                 continue
-            if off < v.forgotten_below:
-                self.expired_unread += 1
-                continue
             if off == 0 and v.start == 0 and offsets.bogus_zero_ack(0, ident, v.zero):
                 self._violation(I.ZERO_OFFSET, iso, tid, p, (0,), ident[:2], ident[2],
                                 detail=f"acked at 0, offset 0 holds {v.zero}")
@@ -271,6 +268,9 @@ class Checker:
                                     detail=f"acked at 0, read at {seen[0]}")
                 else:
                     v.zero_wait.add(wkey)
+                continue
+            if off < v.forgotten_below:
+                self.expired_unread += 1  # acked later than the horizon reaches back: the audit's
                 continue
             verdict = sequence.acked_write_verdict(off, v.reads_of.get(ident, ()), v.frontier, v.start,
                                                    settle, log_start)

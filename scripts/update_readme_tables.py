@@ -1,10 +1,29 @@
-"""Regenerate the generated tables of README.md (config reference) in place."""
+"""Regenerate the generated docs in place: README's config table, docs/invariants.md."""
 
+import importlib
 from pathlib import Path
 
+from invariants.catalog import CATALOG
 from monitor.config import reference_markdown
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+INVARIANTS_DOC = ROOT / "docs" / "invariants.md"
+FAMILIES = ("sequence", "offsets", "transactions", "liveness", "accounting")
+
+
+def invariants_markdown() -> str:
+    """The invariant catalog and each family module's docstring (its spec), as one page."""
+    out = ["# Invariants", "", "Generated from `invariants/` by `python scripts/update_readme_tables.py`; the "
+           "module docstrings are the specification.", "",
+           "| invariant | severity | judged for | summary |", "|---|---|---|---|"]
+    for info in CATALOG.values():
+        isos = ", ".join(i.value for i in info.scope.isolations)
+        out.append(f"| `{info.invariant.value}` | {info.severity.value} | {isos} | {info.summary} |")
+    for family in FAMILIES:
+        doc = importlib.import_module(f"invariants.{family}").__doc__ or ""
+        out += ["", f"## {family} (`invariants/{family}.py`)", "", doc.strip()]
+    return "\n".join(out) + "\n"
 
 
 def replace_table(text: str, header: str, table: str) -> str:
@@ -19,3 +38,5 @@ def replace_table(text: str, header: str, table: str) -> str:
 if __name__ == "__main__":
     text = README.read_text()
     README.write_text(replace_table(text, "| key | type | default | meaning |", reference_markdown()))
+    INVARIANTS_DOC.parent.mkdir(exist_ok=True)
+    INVARIANTS_DOC.write_text(invariants_markdown())

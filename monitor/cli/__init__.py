@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from monitor.cli import audit_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
+from monitor.cli import audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
 from monitor.cli.common import EXPECTED_ERRORS
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)
 app.command("watch")(watch_cmd.watch)
 app.command("audit")(audit_cmd.audit_cmd)
+app.command("bench")(bench_cmd.bench)
 
 
 def main() -> None:

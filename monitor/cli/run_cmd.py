@@ -93,6 +93,7 @@ def run(
                     "checker": {"records_checked": {i.value: n for i, n in snap.records_checked.items()},
                                 "violations": {f"{inv.value}/{iso.value}": n for (inv, iso), n in
                                                snap.violations.items() if n},
+                                "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
                                 "batches": snap.batches, "restarts": snap.restarts}})
     for t in failures:
         err_console.print(f"[red]writer {t.writer.cfg.name} failed:[/] {t.error}")

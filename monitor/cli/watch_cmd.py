@@ -34,7 +34,10 @@ def watch(
     """
     from monitor.watch.main import run_watch
 
+    from monitor.canary.runner import prepare_topics
+
     cfg = load_config(config)
+    prepare_topics(cfg)
     runtime = WatchRuntime(cfg, progress)
     install_watch_stop(runtime)
     if cfg.metrics.port:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from confluent_kafka import OFFSET_END, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from invariants import liveness
@@ -73,6 +73,7 @@ class Prober(threading.Thread):
         self.fold = LedgerFold()
         self.prev: dict[tuple, liveness.PollProgress] = {}
         self.prev_lso: dict[int, int] = {}
+        self.eof: dict[tuple, int] = {}
         self.error: str | None = None
 
     # -- setup -----------------------------------------------------------------------------
@@ -81,7 +82,7 @@ class Prober(threading.Thread):
         cfg = self.cfg
         bootstrap = clients.canary_bootstrap(cfg)
         self.admin = clients.admin(cfg.kafka, bootstrap)
-        extra = {"enable.partition.eof": False, "fetch.wait.max.ms": 100, "socket.timeout.ms": 10000}
+        extra = {"enable.partition.eof": True, "fetch.wait.max.ms": 100, "socket.timeout.ms": 10000}
         self.readers = {iso: clients.consumer(cfg.kafka, bootstrap, iso.value, group=f"vigil-prober-{iso.value}",
                                               **extra) for iso in (RC, RU)}
         self.ledger = clients.consumer(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg), "read_committed",
@@ -105,6 +106,7 @@ class Prober(threading.Thread):
                 self.ledger.assign([TopicPartition(self.cfg.ledger.topic, p, OFFSET_END) for p in ledger_md.partitions])
             self.assigned_topic_id = info.topic_id
             self.prev.clear()
+            self.eof.clear()
 
     # -- one round -------------------------------------------------------------------------
 
@@ -127,11 +129,35 @@ class Prober(threading.Thread):
                             ends = self.view.ends.setdefault(p, PartitionEnds())
                             ends.acked_end = max(ends.acked_end, ev[2] + 1)
 
+    def _end(self, iso: Any, p: int) -> int:
+        ends = self.view.ends.get(p, PartitionEnds())
+        return ends.lso if iso is RC else max(ends.high_watermark, ends.acked_end)
+
     def _poll_readers(self) -> None:
-        for consumer in self.readers.values():
-            deadline = time.monotonic() + 0.5
-            while time.monotonic() < deadline and consumer.consume(5000, 0.05):
-                pass
+        """Fetch only during a probe: resume, read up to the ends known now, pause again.
+
+        Between probes the consumers are paused, so records acknowledged since the last probe
+        wait unread; if their leader then stops answering, the next probe sees them waiting.
+        """
+        tps = [TopicPartition(self.cfg.canary.name, p) for p in range(self.view.partitions)]
+        budget = min(2.0, self.cfg.watch.probe_interval_s)
+        for iso, consumer in self.readers.items():
+            consumer.resume(tps)
+            deadline = time.monotonic() + budget
+            while time.monotonic() < deadline:
+                for msg in consumer.consume(5000, 0.1):
+                    err = msg.error()
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        self.eof[(iso, msg.partition())] = msg.offset()
+                if all(self._position(iso, p, consumer) >= self._end(iso, p) for p in range(self.view.partitions)):
+                    break
+            consumer.pause(tps)
+
+    def _position(self, iso: Any, p: int, consumer: Any) -> int:
+        """How far this reader got: the consumed position, or the end it reached (read_committed
+        skips control and aborted records, which only the end-of-partition event accounts for)."""
+        (tp,) = consumer.position([TopicPartition(self.cfg.canary.name, p)])
+        return max(tp.offset, self.eof.get((iso, p), -1))
 
     def _list_ends(self) -> None:
         tps = {TopicPartition(self.cfg.canary.name, p): OffsetSpec.latest() for p in range(self.view.partitions)}
@@ -154,14 +180,12 @@ class Prober(threading.Thread):
         out: list[Violation] = []
         tid = self.view.topic_id
         for iso, consumer in self.readers.items():
-            tps = [TopicPartition(self.cfg.canary.name, p) for p in range(self.view.partitions)]
-            try:
-                positions = {tp.partition: tp.offset for tp in consumer.position(tps)}
-            except KafkaException:
-                continue
-            for p, pos in positions.items():
-                ends = self.view.ends.get(p, PartitionEnds())
-                end = ends.lso if iso is RC else max(ends.high_watermark, ends.acked_end)
+            for p in range(self.view.partitions):
+                try:
+                    pos = self._position(iso, p, consumer)
+                except KafkaException:
+                    continue
+                end = self._end(iso, p)
                 key = (iso, p)
                 prev = self.prev.get(key)
                 if pos < 0:  # no position yet (nothing fetched since the assignment at the end)
@@ -171,8 +195,7 @@ class Prober(threading.Thread):
                 if self.stalls.observe(key, stuck, now):
                     out.append(Violation(Invariant.STALLED_POLL, iso, tid, p, (pos, end),
                                          detail=f"position {pos}, records available up to {end}, no progress "
-                                                f"for {self.cfg.watch.stall_threshold_s:.0f} s",
-                                         extra={"leader": self.view.leaders.get(p)}))
+                                                f"for {self.cfg.watch.stall_threshold_s:.0f} s"))
                 self.prev[key] = liveness.PollProgress(pos, end)
         for p, ends in self.view.ends.items():
             prev_lso = self.prev_lso.get(p)
@@ -208,8 +231,8 @@ class Prober(threading.Thread):
         if not self.view.partitions:
             return []
         self._read_ledger()
-        self._poll_readers()
         self._list_ends()
+        self._poll_readers()
         out = self._judge(time.time() if now is None else now)
         self.view.rounds += 1
         return out

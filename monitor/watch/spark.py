@@ -98,12 +98,13 @@ def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True)
 
 
 def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, int], Any], name: str = "vigil",
-                checkpoint: str | None = None, with_ledger: bool = True):
-    df = union_of_sources(spark, cfg, with_ledger)
-    return (
-        df.writeStream.queryName(name)
+                available_now: bool = False):
+    """The watch query; ``available_now`` reads what is there and stops (the bench)."""
+    writer = (
+        union_of_sources(spark, cfg).writeStream.queryName(name)
         .foreachBatch(handler)
-        .option("checkpointLocation", checkpoint or str(cfg.checkpoint_dir() / "spark"))
-        .trigger(processingTime=f"{cfg.watch.trigger_ms} milliseconds")
-        .start()
+        .option("checkpointLocation", str(cfg.checkpoint_dir() / "spark"))
     )
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{cfg.watch.trigger_ms} milliseconds").start()

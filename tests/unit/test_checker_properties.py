@@ -71,3 +71,12 @@ def test_horizon_bounds_the_state():
     for view in live.views.values():
         assert len(view.at) <= 50 and len(view.reads_of) <= 50
     assert not history_counts(live.counts)
+
+
+@pytest.mark.parametrize("kind", ["zero", "lost", "duplicate", "reorder", "partial"])
+def test_anomalies_within_the_horizon_are_found_far_into_a_partition(kind):
+    """The horizon forgets old offsets, not the record at offset 0 or recent anomalies."""
+    small = Settings(settle_offsets=SETTLE, horizon_offsets=60)
+    h = build(1, [("clean", 0)] * 100 + [(kind, 0)], SETTLE, random.Random(7))
+    live = run_live(h, small, random.Random(8), restart_p=0.1)
+    assert history_counts(live.counts) == EFFECTS[kind]

@@ -69,3 +69,13 @@ def test_readme_config_table_matches_the_code():
     assert table in text, "README config table is stale: paste `vigil config reference`"
     keys = re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
     assert "writers[].transaction.abort_ratio" in keys and "kafka.security.sasl_password" in keys
+
+
+def test_invariants_doc_is_generated_from_the_module_docstrings():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen", README.parent / "scripts" / "update_readme_tables.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.INVARIANTS_DOC.read_text() == gen.invariants_markdown(), \
+        "docs/invariants.md is stale: run python scripts/update_readme_tables.py"

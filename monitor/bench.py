@@ -1,0 +1,247 @@
+"""``vigil bench``: catch-up throughput of the checker against its own ceilings.
+
+Over one pre-filled topic of canary records (with their ledger, as a real writer leaves it):
+
+(a) a bare confluent-kafka batch consumer reading every partition once per isolation level;
+(b) a Spark query over the same two sources writing to the ``noop`` sink;
+(c) the full checker (the ``vigil watch`` batch handler with a fresh checkpoint).
+
+Each figure counts every isolation level's read (so 2 × records). (b) and (c) run with the
+``availableNow`` trigger and ``watch.max_offsets_per_trigger``. Peak RSS is sampled over this
+process and its children (the Spark driver JVM; foreachBatch runs no Python workers).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import psutil
+from confluent_kafka import KafkaError, Producer, TopicPartition
+
+from monitor import clients, record_format
+from monitor.canary.runner import open_ledger
+from monitor.config import Config
+from monitor.identity import claim
+from monitor.ledger import now_us
+from monitor.outcomes import WriteOutcome
+
+RECORD_SIZE = 100
+CHUNK = 50_000
+
+
+@dataclass
+class BenchResult:
+    records: int
+    partitions: int
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def rate(self, name: str) -> float:
+        return self.figures[name]["records_per_s"]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"records": self.records, "partitions": self.partitions, **self.figures}
+        if "checker" in self.figures and "spark_noop" in self.figures:
+            out["ratio_checker_to_spark"] = round(self.rate("checker") / self.rate("spark_noop"), 3)
+        if "checker" in self.figures and "bare_consumer" in self.figures:
+            out["ratio_checker_to_bare"] = round(self.rate("checker") / self.rate("bare_consumer"), 4)
+        return out
+
+
+class PeakRss:
+    """Samples the RSS of this process plus its children until stopped."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+
+    def _run(self, interval: float) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(interval)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _values(writer_id: int, inc: int, first_seq: int, count: int) -> list[bytes]:
+    header = np.zeros(count, dtype=record_format.HEADER_DTYPE)
+    header["magic"], header["version"] = record_format.MAGIC, record_format.VERSION
+    header["writer_id"], header["incarnation"] = writer_id, inc
+    header["seq"] = np.arange(first_seq, first_seq + count, dtype=np.uint64)
+    header["produce_ts_us"] = now_us()
+    header["padding_len"] = RECORD_SIZE - record_format.HEADER_SIZE
+    rows = np.zeros((count, RECORD_SIZE), dtype=np.uint8)
+    rows[:, :record_format.HEADER_SIZE] = header.view(np.uint8).reshape(count, record_format.HEADER_SIZE)
+    buf = rows.tobytes()
+    return [buf[i * RECORD_SIZE:(i + 1) * RECORD_SIZE] for i in range(count)]
+
+
+def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
+    """Fill the canary topic up to ``records`` honest canary records (with their ledger)."""
+    bootstrap = clients.canary_bootstrap(cfg)
+    admin = clients.admin(cfg.kafka, bootstrap)
+    info = clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
+                                cfg.canary.topic_configs())
+    clients.ensure_topic(clients.admin(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg)), cfg.ledger.topic,
+                         cfg.ledger.partitions, cfg.ledger.replication_factor, cfg.ledger.topic_configs())
+    probe = clients.consumer(cfg.kafka, bootstrap, "read_uncommitted", group="vigil-bench")
+    have = sum(probe.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[1]
+               for p in range(info.partitions))
+    probe.close()
+    if have >= records:
+        progress(f"{cfg.canary.name} already holds {have} records")
+        return have
+    identity = claim(cfg.state_dir, f"{cfg.resolved_instance_id()}-bench")
+    try:
+        ledger = open_ledger(cfg, identity)
+        ledger.append("start", {"topic": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
+                                "writer": {"bench": True}}, sync=True)
+        conf = cfg.kafka.librdkafka(bootstrap)
+        conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 20, "batch.size": 1 << 20,
+                     "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20,
+                     "compression.type": "lz4"})
+        producer = Producer(conf)
+        seq = [0] * info.partitions
+        written, started = have, time.monotonic()
+        while written < records:
+            p = (written // CHUNK) % info.partitions
+            n = min(CHUNK, records - written)
+            first = seq[p]
+            seq[p] += n
+            ledger.append("intent", {"topic_id": info.topic_id, "writes": [[p, first, n]], "txn": None}, sync=True)
+            offsets = np.full(n, -1, dtype=np.int64)
+
+            def delivered(err: KafkaError | None, msg: Any, offsets: np.ndarray = offsets, first: int = first) -> None:
+                if err is None:
+                    offsets[int.from_bytes(msg.value()[16:24], "big") - first] = msg.offset()
+
+            send_ts = now_us()
+            for value in _values(identity.writer_id, identity.incarnation, first, n):
+                while True:
+                    try:
+                        producer.produce(cfg.canary.name, value=value, partition=p, on_delivery=delivered)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            producer.flush()
+            ledger.append("outcomes", {"topic_id": info.topic_id, "runs": _runs(p, first, offsets, send_ts)})
+            written += n
+            progress(f"prefill: {written}/{records} records ({(written - have) / (time.monotonic() - started):,.0f}/s)")
+        ledger.append("stop", {}, sync=True)
+        ledger.sync()
+        return written
+    finally:
+        identity.release()
+
+
+def _runs(p: int, first: int, offsets: np.ndarray, ts: int) -> list[list[Any]]:
+    runs: list[list[Any]] = []
+    done = now_us()
+    i = 0
+    while i < len(offsets):
+        j = i + 1
+        if offsets[i] < 0:
+            while j < len(offsets) and offsets[j] < 0:
+                j += 1
+            runs.append([p, first + i, j - i, WriteOutcome.INDETERMINATE.value, -1, ts, done, "no delivery report"])
+        else:
+            while j < len(offsets) and offsets[j] == offsets[j - 1] + 1:
+                j += 1
+            runs.append([p, first + i, j - i, WriteOutcome.ACKED.value, int(offsets[i]), ts, done, None])
+        i = j
+    return runs
+
+
+def bare_consumer(cfg: Config, partitions: int) -> int:
+    """Read every partition once per isolation level; returns records read."""
+    total = 0
+    for iso in ("read_committed", "read_uncommitted"):
+        c = clients.consumer(cfg.kafka, clients.canary_bootstrap(cfg), iso, group="vigil-bench",
+                             **{"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
+        c.assign([TopicPartition(cfg.canary.name, p, 0) for p in range(partitions)])
+        eof: set[int] = set()
+        while len(eof) < partitions:
+            for msg in c.consume(100_000, 1.0):
+                if msg.error() is None:
+                    total += 1
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition())
+        c.close()
+    return total
+
+
+def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Callable[[str], None]) -> BenchResult:
+    from monitor.watch import spark as spark_job
+    from monitor.watch.runtime import WatchRuntime
+
+    prefill(cfg, records, progress)
+    partitions = cfg.canary.partitions
+    result = BenchResult(records, partitions)
+    if "bare" in which:
+        progress("(a) bare confluent-kafka consumer, both isolation levels")
+        with PeakRss() as rss:
+            t = time.monotonic()
+            n = bare_consumer(cfg, partitions)
+            secs = time.monotonic() - t
+        result.figures["bare_consumer"] = {"reads": n, "seconds": round(secs, 2), "records_per_s": round(n / secs),
+                                           "peak_rss_mb": round(rss.peak / 2**20)}
+    if not {"spark", "checker"} & set(which):
+        return result
+    spark = spark_job.session(cfg, progress, app="vigil-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-"))
+    try:
+        if "spark" in which:
+            progress("(b) Spark no-op query over both isolation levels")
+            with PeakRss() as rss:
+                t = time.monotonic()
+                q = (spark_job.union_of_sources(spark, cfg, with_ledger=False).writeStream.format("noop")
+                     .option("checkpointLocation", str(tmp / "noop")).trigger(availableNow=True).start())
+                q.awaitTermination()
+                secs = time.monotonic() - t
+            n = sum(p["numInputRows"] for p in q.recentProgress)
+            result.figures["spark_noop"] = {"reads": n, "seconds": round(secs, 2), "records_per_s": round(n / secs),
+                                            "peak_rss_mb": round(rss.peak / 2**20)}
+        if "checker" in which:
+            progress("(c) the full checker")
+            checker_cfg = cfg.model_copy(update={"watch": cfg.watch.model_copy(update={
+                "checkpoint_dir": str(tmp / "checker")}), "metrics": cfg.metrics.model_copy(update={"port": 0})})
+            runtime = WatchRuntime(checker_cfg, progress)
+            runtime.evidence.path = tmp / "evidence.jsonl"
+            with PeakRss() as rss:
+                t = time.monotonic()
+                q = spark_job.start_query(spark, checker_cfg, runtime.handle_batch, name="vigil-bench-checker",
+                                          available_now=True)
+                q.awaitTermination()
+                secs = time.monotonic() - t
+            ck = runtime.state.checker
+            n = sum(ck.records_checked.values())
+            result.figures["checker"] = {
+                "reads": n, "seconds": round(secs, 2), "records_per_s": round(n / secs),
+                "peak_rss_mb": round(rss.peak / 2**20), "state_mb": round(runtime.state_bytes / 2**20, 1),
+                "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
+            }
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result

@@ -1,0 +1,54 @@
+"""`vigil bench`: catch-up throughput of the checker next to its ceilings, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json, progress
+
+
+def bench(
+    config: Optional[Path] = ConfigOption,
+    records: int = typer.Option(5_000_000, min=1000, help="Canary records to pre-fill (once; reused later)."),
+    only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker (default: all three)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Measure catch-up throughput over a pre-filled topic: (a) a bare confluent-kafka consumer,
+    (b) a Spark no-op query, (c) the full checker — each reading both isolation levels — and
+    print records/s, the ratios c/b and c/a, and peak RSS.
+
+    The topic is `vigil-bench-<records>` (replication factor 1, its own ledger), filled once on
+    the configured cluster or the local one (started if needed). Machines are noisy: compare
+    the ratios of one run, and repeat for medians.
+    """
+    from monitor.bench import run_bench
+    from monitor.cluster.local_cluster import LocalCluster
+
+    cfg = load_config(config)
+    cfg = cfg.model_copy(update={
+        "canary": cfg.canary.model_copy(update={"name": f"vigil-bench-{records}", "replication_factor": 1,
+                                                "min_insync_replicas": 1}),
+        "ledger": cfg.ledger.model_copy(update={"topic": f"vigil-bench-{records}-ledger"}),
+    })
+    if cfg.embedded:
+        LocalCluster(cfg.cluster, progress).up()
+    which = tuple((only or "bare,spark,checker").split(","))
+    unknown = set(which) - {"bare", "spark", "checker"}
+    if unknown:
+        raise typer.BadParameter(f"unknown: {', '.join(sorted(unknown))}", param_hint="--only")
+    result = run_bench(cfg, records, which, progress).to_json()
+    if as_json:
+        print_json(result)
+        return
+    for name in ("bare_consumer", "spark_noop", "checker"):
+        if name in result:
+            f = result[name]
+            console.print(f"{name:14} {f['records_per_s']:>12,} records/s  ({f['reads']:,} reads in "
+                          f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB)")
+    for key in ("ratio_checker_to_spark", "ratio_checker_to_bare"):
+        if key in result:
+            console.print(f"{key}: {result[key]}")
+    err_console.print("reads count both isolation levels (2 × records)")

@@ -1,0 +1,146 @@
+"""Helpers for the live-checker tests: configs on the session cluster, background `vigil`
+processes, scraping /metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from invariants.catalog import Invariant, Isolation
+from monitor.config import Config, parse
+from monitor.ledger import LedgerBook
+from monitor.outcomes import TxnOutcome, WriteOutcome
+from tests.integration.helpers import VIGIL, read_ledger
+
+HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",
+           "aborted_read", "partial_txn", "outcome_gap")
+
+
+def watch_config(cluster_env: dict, tmp: Path, name: str, port: int, **extra: Any) -> tuple[Config, Path]:
+    """A config for the session cluster with this test's own topics, state and metrics port."""
+    data: dict[str, Any] = {
+        "instance_id": f"it-{name}",
+        "state_dir": str(tmp / "state"),
+        "kafka": {"bootstrap_servers": cluster_env["bootstrap"]},
+        "canary": {"name": f"it-{name}-canary"},
+        "ledger": {"topic": f"it-{name}-ledger"},
+        "metrics": {"port": port},
+        "watch": {"stall_threshold_s": 8, "lso_stuck_threshold_s": 6, "poll_timeout_ms": 15000,
+                  "restart_backoff_max_s": 4},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp / "vigil.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return parse(data, str(path)), path
+
+
+class Background:
+    """A `vigil` command running in the background, its output in files."""
+
+    def __init__(self, config_path: Path, *args: str, name: str = "bg") -> None:
+        self.out = config_path.parent / f"{name}.out"
+        self.err = config_path.parent / f"{name}.err"
+        self.proc = subprocess.Popen(VIGIL + list(args) + ["--config", str(config_path)],
+                                     stdout=self.out.open("w"), stderr=self.err.open("w"))
+
+    def stop(self, timeout: float = 180) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise AssertionError(f"did not stop within {timeout} s:\n{self.tail()}")
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise AssertionError(f"did not finish within {timeout} s:\n{self.tail()}")
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.err.read_text(errors="replace").splitlines()[-n:])
+
+    def stdout_json(self) -> Any:
+        return json.loads(self.out.read_text().strip().splitlines()[-1])
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def violations(port: int) -> dict[tuple[str, str], int]:
+    return {(dict(labels)["invariant"], dict(labels)["isolation"]): int(v)
+            for (name, labels), v in scrape(port).items() if name == "vigil_violations_total"}
+
+
+def sample(port: int, name: str, **labels: str) -> float | None:
+    return scrape(port).get((name, tuple(sorted(labels.items()))))
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = pred()
+        except OSError:  # /metrics not up yet
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last})")
+
+
+def metrics_up(port: int) -> bool:
+    return sample(port, "vigil_batches_total") is not None and (sample(port, "vigil_batches_total") or 0) > 0
+
+
+def expected_checked(cfg: Config) -> dict[str, int]:
+    """From the ledger: what each reader must have checked (rc: not in aborted/undecided txns)."""
+    book: LedgerBook = read_ledger(cfg.kafka.bootstrap_servers, cfg.ledger.topic)
+    acked = [(k, st) for k, st in book.writes.items() if st.outcome is WriteOutcome.ACKED]
+    committed = 0
+    for (wid, inc, *_rest), st in acked:
+        txn = book.txns.get((wid, inc, st.txn_id)) if st.txn_id else None
+        committed += txn is None or txn.outcome is TxnOutcome.COMMITTED
+    return {"read_uncommitted": len(acked), "read_committed": committed}
+
+
+def nonzero(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    return {k: v for k, v in counts.items() if v}
+
+
+def audit_counts(report: dict) -> dict[tuple[str, str], int]:
+    return {(inv, iso): n for iso in (i.value for i in Isolation) for inv, n in report.get(iso, {}).items()}
+
+
+def live_history(port: int) -> dict[tuple[str, str], int]:
+    """The live counts of the invariants the audit recomputes."""
+    audited = set(HISTORY) | {Invariant.LSO_STUCK.value}
+    return {k: v for k, v in violations(port).items() if k[0] in audited}

@@ -1,0 +1,122 @@
+"""The watch's batch handler: replays, crashes between evidence and state, restarts."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from invariants.catalog import Invariant, Isolation
+from monitor import record_format
+from monitor.config import parse
+from monitor.ledger import encode_entry
+from monitor.watch import state as state_store
+from monitor.watch.runtime import WatchRuntime
+
+TID = "topic-id-1"
+WID = record_format.writer_id_for("w")
+
+
+def entry(n: int, kind: str, **body) -> bytes:
+    return encode_entry({"v": 1, "instance": "w", "writer_id": WID, "inc": 1, "n": n, "ts_us": 1, "kind": kind,
+                         **body})
+
+
+def table(rows: list[tuple[int, int, int, bytes]]) -> pa.Table:
+    src, part, off, val = zip(*rows) if rows else ((), (), (), ())
+    return pa.table({"src": pa.array(src, pa.int8()), "topic": ["canary" if s < 2 else "ledger" for s in src],
+                     "partition": pa.array(part, pa.int32()), "offset": pa.array(off, pa.int64()),
+                     "value": pa.array(val, pa.binary())})
+
+
+def canary(seq: int) -> bytes:
+    return record_format.encode(record_format.CanaryRecord(WID, 1, seq, 1, 0, 0, 0, 0), 64)
+
+
+class Df:
+    def __init__(self, t: pa.Table) -> None:
+        self.t = t
+
+    def toArrow(self) -> pa.Table:  # noqa: N802 (PySpark's name)
+        return self.t
+
+
+def batch_with_lost_write(first_seq: int, count: int, lie_seq: int) -> Df:
+    """Records first_seq.. at offsets = seq; the ledger claims lie_seq acked at offset first_seq + 5 (taken)."""
+    rows = [(s, 0, off, canary(seq)) for s in (0, 1) for off, seq in
+            enumerate(range(first_seq, first_seq + count), start=first_seq)]
+    runs = [[0, first_seq, count, "acked", first_seq, 1, 2, None], [0, lie_seq, 1, "acked", first_seq + 5, 1, 2, None]]
+    writes = [[0, first_seq, count], [0, lie_seq, 1]]
+    n = first_seq // 40
+    rows += [(2, 0, 2 * n, entry(2 * n, "intent", topic_id=TID, writes=writes, txn=None)),
+             (2, 0, 2 * n + 1, entry(2 * n + 1, "outcomes", topic_id=TID, runs=runs))]
+    return Df(table(rows))
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
+
+    def make() -> WatchRuntime:
+        rt = WatchRuntime(cfg)
+        monkeypatch.setattr(rt, "topic_id_of", lambda name: TID)
+        monkeypatch.setattr(rt, "topic_name_of", lambda tid: "canary")
+        monkeypatch.setattr(rt, "leader_of", lambda tid, p: 1)
+        return rt
+
+    return make
+
+
+LOST = [(Invariant.LOST_WRITE, Isolation.READ_COMMITTED), (Invariant.LOST_WRITE, Isolation.READ_UNCOMMITTED)]
+
+
+def lost(rt: WatchRuntime) -> list[int]:
+    return [rt.published.violations[k] for k in LOST]
+
+
+def test_replayed_batch_is_skipped_and_a_torn_batch_is_redone_without_duplicate_evidence(runtime, monkeypatch):
+    rt = runtime()
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    assert lost(rt) == [1, 1]
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)  # replay: already saved
+    assert lost(rt) == [1, 1]
+    lines = rt.evidence.path.read_text().splitlines()
+    assert len(lines) == 2 and {json.loads(x)["invariant"] for x in lines} == {"lost_write"}
+    assert {json.loads(x)["leader"] for x in lines} == {1}
+
+    real_save = state_store.save
+    monkeypatch.setattr(state_store, "save", lambda *_a: (_ for _ in ()).throw(OSError("disk gone")))
+    with pytest.raises(OSError):
+        rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)  # evidence written, state not saved
+    assert len(rt.evidence.path.read_text().splitlines()) == 4
+    monkeypatch.setattr(state_store, "save", real_save)
+    assert lost(rt) == [1, 1]  # the half-applied batch was dropped
+    rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)  # Spark hands it again
+    assert lost(rt) == [2, 2]
+    lines = rt.evidence.path.read_text().splitlines()
+    assert len(lines) == 4 and [json.loads(x)["batch_id"] for x in lines] == [0, 0, 1, 1]
+
+    again = runtime()  # a restarted monitor: counts restored before anything is served
+    assert lost(again) == [2, 2]
+    assert again.published.records_checked == rt.published.records_checked
+    again.handle_batch(batch_with_lost_write(40, 40, 1001), 1)
+    assert lost(again) == [2, 2]
+
+
+def test_malformed_and_foreign_records_are_counted_not_fatal(runtime):
+    rt = runtime()
+    rows = [(1, 0, 0, b"not a canary record"), (1, 0, 1, b"VG" + bytes(10)), (1, 0, 2, canary(0)),
+            (2, 0, 0, b"{not json")]
+    rt.handle_batch(Df(table(rows)), 0)
+    assert rt.published.malformed == {"foreign": 1, "malformed": 1, "ledger": 1}
+    assert rt.published.records_checked[Isolation.READ_UNCOMMITTED] == 1
+    assert sum(rt.published.violations.values()) == 0
+
+
+def test_unreadable_state_is_an_error_not_a_silent_reset(tmp_path):
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
+    cfg.checkpoint_dir().mkdir(parents=True)
+    (cfg.checkpoint_dir() / state_store.STATE_FILE).write_bytes(b"garbage")
+    with pytest.raises(state_store.StateError, match="unreadable"):
+        WatchRuntime(cfg)
