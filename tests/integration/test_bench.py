@@ -1,0 +1,18 @@
+"""`vigil bench` runs end to end on a small pre-filled topic (the figures go in notes, not asserts)."""
+
+from __future__ import annotations
+
+from tests.integration.helpers import vigil_json
+from tests.integration.watch_helpers import watch_config
+
+
+def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, tmp_path):
+    _cfg, path = watch_config(cluster_ready, tmp_path, "bench", 0, watch={"max_offsets_per_trigger": 20000})
+    out = vigil_json(path, "bench", "--records", "30000", timeout=600)
+    assert out["records"] == 30000
+    for name in ("bare_consumer", "spark_noop", "checker"):
+        assert out[name]["reads"] == 2 * 30000, name  # each isolation level reads every record once
+        assert out[name]["records_per_s"] > 0 and out[name]["peak_rss_mb"] > 0
+    assert out["checker"]["violations"] == 0
+    assert out["checker"]["batches"] >= 2  # maxOffsetsPerTrigger split the catch-up
+    assert 0 < out["ratio_checker_to_spark"] and 0 < out["ratio_checker_to_bare"]
