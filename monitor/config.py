@@ -9,6 +9,7 @@ turns them into client settings.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -199,7 +200,8 @@ class EvidenceConfig(_Model):
 
 class WatchConfig(_Model):
     checkpoint_dir: str = Field("", description="Spark checkpoint and checker state; empty = <state_dir>/checkpoint")
-    spark_master: str = Field("local[2]", description="Spark master of the watch job")
+    spark_master: str = Field("local[2]", description="Spark master of the watch job; empty = the one "
+                              "spark-submit sets (Spark on Kubernetes)")
     driver_memory: str = Field("2g", description="spark.driver.memory")
     java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")
     trigger_ms: int = Field(500, ge=50, description="processing-time trigger interval of the query")
@@ -311,7 +313,25 @@ def load(path: str | os.PathLike[str] | None) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
-    return parse(data, str(p))
+    return parse(expand_env(data), str(p))
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(data: Any, where: str = "") -> Any:
+    """Replace ``${NAME}`` in string values by the environment variable (secrets from a pod's env)."""
+    if isinstance(data, dict):
+        return {k: expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [expand_env(v, f"{where}.{i}") for i, v in enumerate(data)]
+    if isinstance(data, str) and "${" in data:
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) not in os.environ:
+                raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
+            return os.environ[m.group(1)]
+        return _ENV_REF.sub(sub, data)
+    return data
 
 
 def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:

@@ -17,13 +17,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from invariants.catalog import series
 from invariants.model import RC, RU, Settings, Violation
 from monitor import clients
 from monitor.config import Config
 from monitor.metrics import WatchCollector, WatchSnapshot
+from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch.batch import apply_batch
 from monitor.watch.evidence import EvidenceLog
@@ -51,7 +52,7 @@ class WatchRuntime:
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop)
         self.status = QueryStatus()
-        self.last_batch = 0.0
+        self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
         self.batch_timing = (0.0, 0.0, 0)
         self.caught_up_at = 0.0
         self.last_progress: dict[tuple, float] = {}
@@ -102,6 +103,7 @@ class WatchRuntime:
                     st.add_e2e(iso, counts, stats.e2e_sum[iso])
                 st.batches += 1
                 st.batch_id = batch_id
+                st.last_batch_at = time.time()
                 self._persist(batch_id, violations)
             except BaseException:
                 self.state = state_store.load(self.dir, self.settings)  # drop the half-applied batch
@@ -174,8 +176,18 @@ class WatchRuntime:
         registry = registry or CollectorRegistry()
         registry.register(WatchCollector(lambda: self.published))
         if self.cfg.metrics.port:
-            start_http_server(self.cfg.metrics.port, addr=self.cfg.metrics.bind, registry=registry)
+            http.serve(self.cfg.metrics.bind, self.cfg.metrics.port, registry, self.ready)
         return registry
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: the query runs and its last trigger is recent."""
+        age = time.time() - self.last_batch
+        limit = max(60.0, 10 * self.cfg.watch.trigger_ms / 1000)
+        if not self.status.running:
+            return False, f"query not running ({self.status.last_error or 'starting'})"
+        if age > limit:
+            return False, f"stale: last trigger {age:.0f} s ago"
+        return True, "ready"
 
     # -- running ---------------------------------------------------------------------------
 

@@ -50,8 +50,9 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     log_config = Path(cfg.state_dir) / "spark-log4j2.properties"
     log_config.parent.mkdir(parents=True, exist_ok=True)
     log_config.write_text(LOG4J2)
+    builder = SparkSession.builder.master(cfg.watch.spark_master) if cfg.watch.spark_master else SparkSession.builder
     return (
-        SparkSession.builder.master(cfg.watch.spark_master).appName(app)
+        builder.appName(app)
         .config("spark.jars", ",".join(connector))
         .config("spark.driver.memory", cfg.watch.driver_memory)
         .config("spark.ui.enabled", "false")

@@ -40,6 +40,7 @@ class WatchState:
     incidents: dict[Any, tuple[str, float]] = field(default_factory=dict)
     restarts: int = 0
     batches: int = 0
+    last_batch_at: float = 0.0  # wall clock of the last applied batch (freshness survives restarts)
     version: int = STATE_VERSION
 
     def __post_init__(self) -> None:

@@ -79,3 +79,16 @@ def test_invariants_doc_is_generated_from_the_module_docstrings():
     spec.loader.exec_module(gen)
     assert gen.INVARIANTS_DOC.read_text() == gen.invariants_markdown(), \
         "docs/invariants.md is stale: run python scripts/update_readme_tables.py"
+
+
+def test_env_references_are_expanded_and_a_missing_one_names_the_key(tmp_path, monkeypatch):
+    from monitor.config import load
+
+    path = tmp_path / "v.yaml"
+    path.write_text("kafka:\n  security:\n    protocol: SASL_SSL\n    sasl_mechanism: PLAIN\n"
+                    "    sasl_username: vigil\n    sasl_password: ${VIGIL_TEST_PW}\n")
+    monkeypatch.setenv("VIGIL_TEST_PW", "s3cret")
+    assert load(path).kafka.security.sasl_password.get_secret_value() == "s3cret"
+    monkeypatch.delenv("VIGIL_TEST_PW")
+    with pytest.raises(ConfigError, match=r"kafka.security.sasl_password: environment variable VIGIL_TEST_PW"):
+        load(path)

@@ -120,3 +120,33 @@ def test_unreadable_state_is_an_error_not_a_silent_reset(tmp_path):
     (cfg.checkpoint_dir() / state_store.STATE_FILE).write_bytes(b"garbage")
     with pytest.raises(state_store.StateError, match="unreadable"):
         WatchRuntime(cfg)
+
+
+def test_healthz_never_depends_on_freshness_and_ready_does(tmp_path, monkeypatch):
+    import socket
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": port}})
+    rt = WatchRuntime(cfg)
+    rt.serve_metrics()
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    assert get("/healthz")[0] == 200
+    assert get("/ready")[0] == 503  # the query has not started
+    code, body = get("/metrics")
+    assert code == 200 and 'vigil_violations_total{invariant="lost_write",isolation="read_committed"} 0.0' in body
+    rt.status.running, rt.last_batch = True, __import__("time").time()
+    assert get("/ready")[0] == 200
+    rt.last_batch -= 3600
+    assert get("/ready") == (503, "stale: last trigger 3600 s ago\n")
+    assert get("/healthz")[0] == 200
