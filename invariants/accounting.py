@@ -19,14 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.model import TxnKey, WriteKey
+from invariants.model import TxnKey
 
-# events: ("acked", wkey, offset, txn_key|None, done_ts_us)
-#         ("decided", wkey, txn_key|None)            a non-acked outcome (failed/indeterminate/...)
-#         ("intent", wkey, txn_key|None, ts_us)
+# events: ("acked_run", topic_id, partition, writer_id, inc, first_seq, count, first_offset, done_ts_us)
+#             acked writes outside transactions, run-length encoded as the ledger has them
+#         ("acked", wkey, offset, txn_key, done_ts_us)     an acked write of a transaction
+#         ("decided", wkey, txn_key)                       a transaction's write got another outcome
+#         ("intent", wkey, txn_key, ts_us)                 a transaction's intended write
 #         ("txn", txn_key, outcome)
 #         ("gap", (instance, inc), missing_count, first_missing_n)
 Event = tuple
+Interval = list  # [first_seq, end_seq, intent_ts_us, txn_key | None]
 
 
 @dataclass
@@ -36,9 +39,28 @@ class WriterCursor:
     inc: int
     next_n: int = 0
     stopped: bool = False
-    pending: dict[WriteKey, tuple[int, TxnKey | None]] = field(default_factory=dict)
+    pending: dict[tuple[str, int], list[Interval]] = field(default_factory=dict)  # (topic_id, p) -> intervals
     open_txns: set[TxnKey] = field(default_factory=set)
     last_ack_ts_us: int = 0
+
+    def take(self, tid: str, p: int, first: int, end: int) -> list[Interval]:
+        """Remove seqs [first, end) from the pending intervals; returns the pieces that were pending."""
+        kept, taken = [], []
+        for iv in self.pending.get((tid, p), []):
+            lo, hi = max(iv[0], first), min(iv[1], end)
+            if lo >= hi:
+                kept.append(iv)
+                continue
+            taken.append([lo, hi, iv[2], iv[3]])
+            if iv[0] < lo:
+                kept.append([iv[0], lo, iv[2], iv[3]])
+            if hi < iv[1]:
+                kept.append([hi, iv[1], iv[2], iv[3]])
+        if kept:
+            self.pending[(tid, p)] = kept
+        else:
+            self.pending.pop((tid, p), None)
+        return taken
 
 
 class LedgerFold:
@@ -67,20 +89,30 @@ class LedgerFold:
             if tkey:
                 w.open_txns.add(tkey)
             for p, first, count in e["writes"]:
-                for seq in range(first, first + count):
-                    wkey = (e["topic_id"], p, wid, inc, seq)
-                    w.pending[wkey] = (e["ts_us"], tkey)
-                    events.append(("intent", wkey, tkey, e["ts_us"]))
+                w.pending.setdefault((e["topic_id"], p), []).append([first, first + count, e["ts_us"], tkey])
+                if tkey:
+                    events.extend(("intent", (e["topic_id"], p, wid, inc, s), tkey, e["ts_us"])
+                                  for s in range(first, first + count))
         elif kind == "outcomes":
+            tid = e["topic_id"]
             for p, first, count, outcome, first_offset, _send, done, _err in e["runs"]:
-                for i in range(count):
-                    wkey = (e["topic_id"], p, wid, inc, first + i)
-                    _ts, tkey = w.pending.pop(wkey, (0, None))
-                    if outcome == "acked":
-                        w.last_ack_ts_us = max(w.last_ack_ts_us, done)
-                        events.append(("acked", wkey, first_offset + i, tkey, done))
-                    elif outcome != "pending":
-                        events.append(("decided", wkey, tkey))
+                if outcome == "pending":
+                    continue
+                pieces = w.take(tid, p, first, first + count)
+                covered = sum(hi - lo for lo, hi, _ts, _t in pieces)
+                if covered < count:  # outcomes of writes whose intent was not seen: outside transactions
+                    pieces += [[lo, hi, 0, None] for lo, hi in _uncovered(first, first + count, pieces)]
+                if outcome == "acked":
+                    w.last_ack_ts_us = max(w.last_ack_ts_us, done)
+                for lo, hi, _ts, tkey in sorted(pieces, key=lambda iv: iv[0]):
+                    if tkey is None:
+                        if outcome == "acked":
+                            events.append(("acked_run", tid, p, wid, inc, lo, hi - lo, first_offset + lo - first, done))
+                    else:
+                        for s in range(lo, hi):
+                            wkey = (tid, p, wid, inc, s)
+                            events.append(("acked", wkey, first_offset + s - first, tkey, done) if outcome == "acked"
+                                          else ("decided", wkey, tkey))
         elif kind == "txn":
             tkey = (wid, inc, int(e["id"]))
             w.open_txns.discard(tkey)
@@ -92,7 +124,9 @@ class LedgerFold:
 
     @staticmethod
     def _close(w: WriterCursor) -> list[Event]:
-        events: list[Event] = [("decided", wkey, tkey) for wkey, (_ts, tkey) in w.pending.items()]
+        events: list[Event] = [("decided", (tid, p, w.writer_id, w.inc, s), tkey)
+                               for (tid, p), ivs in w.pending.items() for lo, hi, _ts, tkey in ivs if tkey
+                               for s in range(lo, hi)]
         events.extend(("txn", tkey, "indeterminate") for tkey in sorted(w.open_txns))
         w.pending.clear()
         w.open_txns.clear()
@@ -100,5 +134,16 @@ class LedgerFold:
 
     def oldest_pending_us(self) -> dict[tuple[str, int], int]:
         """Per running writer, the intent time of its oldest write still waiting for an outcome."""
-        return {k: min(ts for ts, _ in w.pending.values())
+        return {k: min(iv[2] for ivs in w.pending.values() for iv in ivs)
                 for k, w in self.writers.items() if w.pending and not w.stopped}
+
+
+def _uncovered(first: int, end: int, pieces: list[Interval]) -> list[tuple[int, int]]:
+    out, at = [], first
+    for lo, hi, _ts, _t in sorted(pieces, key=lambda iv: iv[0]):
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < end:
+        out.append((at, end))
+    return out

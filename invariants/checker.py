@@ -41,7 +41,8 @@ class PartitionView:
     at: dict[int, Any] = field(default_factory=dict)
     reads_of: dict[Any, list[int]] = field(default_factory=dict)
     max_seq: dict[tuple[int, int], int] = field(default_factory=dict)
-    pending: list[tuple[int, WriteKey, int]] = field(default_factory=list)  # heap (offset, wkey, done_ts)
+    # expected acked writes not judged yet, as runs: heap of (first_offset, count, writer_id, inc, first_seq, done_ts)
+    pending: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
     waiting: dict[WriteKey, int] = field(default_factory=dict)
     waiting_heap: list[tuple[int, WriteKey]] = field(default_factory=list)
     zero_wait: set[WriteKey] = field(default_factory=set)
@@ -150,6 +151,11 @@ class Checker:
             for n in range(first, first + missing):  # one violation (and evidence line) per lost entry
                 self._violation(I.OUTCOME_GAP, NONE, detail=f"{instance} incarnation {inc}: ledger entry n={n} "
                                 f"missing ({missing} from n={first})")
+        elif kind == "acked_run":
+            _, tid, p, wid, inc, first_seq, count, first_offset, done = ev
+            for iso in (RU, RC):
+                heapq.heappush(self.view(iso, tid, p).pending, (first_offset, count, wid, inc, first_seq, done))
+                self._dirty.add((iso, tid, p))
         elif kind == "intent":
             _, wkey, tkey, _ts = ev
             if tkey:
@@ -201,8 +207,8 @@ class Checker:
         return t
 
     def _expect(self, iso: Isolation, wkey: WriteKey, off: int, done_ts: int) -> None:
-        tid, p = wkey[0], wkey[1]
-        heapq.heappush(self.view(iso, tid, p).pending, (off, wkey, done_ts))
+        tid, p, wid, inc, seq = wkey
+        heapq.heappush(self.view(iso, tid, p).pending, (off, 1, wid, inc, seq, done_ts))
         self._dirty.add((iso, tid, p))
 
     # -- transactions ----------------------------------------------------------------------
@@ -255,32 +261,42 @@ class Checker:
         settle = self.settings.settle_offsets
         log_start = self.log_start.get((tid, p), 0)
         while v.pending and v.pending[0][0] < v.frontier:
-            off, wkey, _done = heapq.heappop(v.pending)
-            ident = wkey[2:]
-            if off == 0 and v.start == 0 and ident == v.zero:
-                continue
-            if off == 0 and v.start == 0 and offsets.bogus_zero_ack(0, ident, v.zero):
-                self._violation(I.ZERO_OFFSET, iso, tid, p, (0,), ident[:2], ident[2],
-                                detail=f"acked at 0, offset 0 holds {v.zero}")
-                seen = v.reads_of.get(ident)
-                if seen:
-                    self._violation(I.OFFSET_MISMATCH, iso, tid, p, (0, seen[0]), ident[:2], ident[2],
-                                    detail=f"acked at 0, read at {seen[0]}")
-                else:
-                    v.zero_wait.add(wkey)
-                continue
-            if off < v.forgotten_below:
-                self.expired_unread += 1  # acked later than the horizon reaches back: the audit's
-                continue
-            verdict = sequence.acked_write_verdict(off, v.reads_of.get(ident, ()), v.frontier, v.start,
-                                                   settle, log_start)
-            self._verdict(verdict, iso, tid, p, off, wkey, v)
+            first_off, count, wid, inc, first_seq, done = heapq.heappop(v.pending)
+            for i in range(count):
+                off = first_off + i
+                if off >= v.frontier:  # the rest of the run is still ahead of the reader
+                    heapq.heappush(v.pending, (off, count - i, wid, inc, first_seq + i, done))
+                    break
+                self._judge_write(iso, tid, p, v, off, (tid, p, wid, inc, first_seq + i), settle, log_start)
         while v.waiting_heap and v.waiting_heap[0][0] <= v.frontier:
             _, wkey = heapq.heappop(v.waiting_heap)
             off = v.waiting.pop(wkey, None)
             if off is not None:
                 self._verdict(Verdict.EXPIRED if off < log_start else Verdict.LOST, iso, tid, p, off, wkey, v)
         self._forget(v)
+
+    def _judge_write(self, iso: Isolation, tid: str, p: int, v: PartitionView, off: int, wkey: WriteKey,
+                     settle: int, log_start: int) -> None:
+        ident = wkey[2:]
+        seen = v.reads_of.get(ident)
+        if seen is not None and off in seen:
+            return  # the common case: read exactly where it was acked
+        if off == 0 and v.start == 0 and ident == v.zero:
+            return
+        if off == 0 and v.start == 0 and offsets.bogus_zero_ack(0, ident, v.zero):
+            self._violation(I.ZERO_OFFSET, iso, tid, p, (0,), ident[:2], ident[2],
+                            detail=f"acked at 0, offset 0 holds {v.zero}")
+            if seen:
+                self._violation(I.OFFSET_MISMATCH, iso, tid, p, (0, seen[0]), ident[:2], ident[2],
+                                detail=f"acked at 0, read at {seen[0]}")
+            else:
+                v.zero_wait.add(wkey)
+            return
+        if off < v.forgotten_below:
+            self.expired_unread += 1  # acked later than the horizon reaches back: the audit's
+            return
+        verdict = sequence.acked_write_verdict(off, seen or (), v.frontier, v.start, settle, log_start)
+        self._verdict(verdict, iso, tid, p, off, wkey, v)
 
     def _verdict(self, verdict: Verdict, iso: Isolation, tid: str, p: int, off: int, wkey: WriteKey,
                  v: PartitionView) -> None:
@@ -323,7 +339,7 @@ class Checker:
         cutoff = now_us - int(deadline_s * 1e6)
         out = {RC: 0, RU: 0}
         for (iso, _tid, _p), v in self.views.items():
-            out[iso] += sum(1 for off, _w, done in v.pending if off >= v.frontier and 0 < done < cutoff)
+            out[iso] += sum(count for _off, count, _w, _i, _s, done in v.pending if 0 < done < cutoff)
         return out
 
     def frontiers(self) -> dict[tuple[Isolation, str, int], int]:

@@ -24,12 +24,13 @@ I = Invariant
 
 KINDS = ("clean", "lost", "hole", "duplicate", "reorder", "zero", "mismatch", "inconsistent", "aborted_read",
          "honest_abort", "partial", "torn", "gap", "indeterminate", "committed_txn", "unknown_txn",
-         "unknown_torn", "far")
+         "unknown_torn", "far", "hole_in_run")
 
 EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "clean": {}, "honest_abort": {}, "indeterminate": {}, "committed_txn": {}, "unknown_txn": {},
     "unknown_torn": {(I.PARTIAL_TXN, RC): 1},
     "far": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "hole_in_run": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "lost": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "hole": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "duplicate": {(I.DUPLICATE, RC): 1, (I.DUPLICATE, RU): 1},
@@ -76,11 +77,24 @@ class _Writer:
         return list(range(first, first + k))
 
     def intent(self, p: int, seqs: list[int], txn: dict | None = None) -> None:
-        self.entry("intent", topic_id=TOPIC, writes=[[p, s, 1] for s in seqs], txn=txn)
+        writes: list[list[int]] = []
+        for s in seqs:  # contiguous seqs as one run, as the real writers record them
+            if writes and writes[-1][1] + writes[-1][2] == s:
+                writes[-1][2] += 1
+            else:
+                writes.append([p, s, 1])
+        self.entry("intent", topic_id=TOPIC, writes=writes, txn=txn)
 
     def outcomes(self, p: int, results: list[tuple[int, str, int]]) -> None:
-        self.entry("outcomes", topic_id=TOPIC,
-                   runs=[[p, s, 1, outcome, off, 1, 2, None] for s, outcome, off in results])
+        runs: list[list] = []
+        for s, outcome, off in results:  # run-length encoded like monitor.ledger.encode_runs
+            last = runs[-1] if runs else None
+            if (last and last[1] + last[2] == s and last[3] == outcome
+                    and (off == last[4] + last[2] if last[4] >= 0 else off == -1)):
+                last[2] += 1
+            else:
+                runs.append([p, s, 1, outcome, off, 1, 2, None])
+        self.entry("outcomes", topic_id=TOPIC, runs=runs)
 
     def ident(self, seq: int) -> tuple[int, int, int]:
         return (self.wid, self.inc, seq)
@@ -137,6 +151,14 @@ class History:
         w.intent(p, [s])
         off = self.append(p, Slot(w.ident(s), hole=True))
         w.outcomes(p, [(s, "acked", off)])
+
+    def _hole_in_run(self, w: _Writer, p: int) -> None:
+        """Eight writes announced in two intents, acked as one run; the seventh never reaches a reader."""
+        seqs = w.seqs(p, 8)
+        w.intent(p, seqs[:3])
+        w.intent(p, seqs[3:])
+        offs = [self.append(p, Slot(w.ident(s), hole=i == 6)) for i, s in enumerate(seqs)]
+        w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
 
     def _duplicate(self, w: _Writer, p: int) -> None:
         (s,) = w.seqs(p, 1)
