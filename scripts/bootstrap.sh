@@ -16,6 +16,10 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# The tests run a real Prometheus and promtool (alert rule tests).
+if [ "$want_test" = 1 ]; then
+  command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
     say "missing: ${need_apt[*]}; install them (apt-get) or run as root"; exit 1
@@ -23,7 +27,9 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   say "installing Debian packages: ${need_apt[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  # --no-install-recommends: only the binaries; policy-rc.d keeps services from starting.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends \
+    "${need_apt[@]}" >/dev/null
 fi
 
 PY=${PYTHON:-}
@@ -50,7 +56,7 @@ if [ ! -f "$stamp" ] || ! grep -qxF -- "$want" "$stamp"; then
   echo "$want" >> "$stamp"
 fi
 
-say "resolving the Kafka broker jars (cached after the first run)"
+say "resolving the Kafka broker and Spark connector jars (cached after the first run)"
 .venv/bin/python - <<'PY'
 from monitor.cluster import jars
 from monitor.config import load
@@ -58,3 +64,13 @@ cfg = load(None)
 print(jars.kafka_broker_jars(cfg.cluster.kafka_version, lambda m: print("  " + m)))
 print(jars.spark_kafka_connector_jars(lambda m: print("  " + m))[0].rsplit("/", 1)[0])
 PY
+
+# The deploy tests render the kustomize overlays: with `kubectl kustomize` when kubectl has a
+# v5 kustomize built in, else with kustomize itself, built from the Go module proxy once.
+if [ "$want_test" = 1 ] && ! kubectl version --client 2>/dev/null | grep -q "Kustomize Version: v5"; then
+  if [ ! -x "$HOME/.cache/vigil/bin/kustomize" ]; then
+    command -v go >/dev/null 2>&1 || { say "kustomize needs Go (or kubectl with kustomize v5)"; exit 1; }
+    say "building kustomize v5.5.0 from the Go module proxy (once)"
+    GOBIN="$HOME/.cache/vigil/bin" go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
+  fi
+fi
