@@ -119,7 +119,7 @@ def test_dashboard_uses_a_datasource_variable_and_only_exported_metrics(tmp_path
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]] + [a["expr"] for a in dash["annotations"]["list"]]
     for panel in dash["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
-    used = {m for e in exprs for m in re.findall(r"\b(vigil_[a-z_]+)", e)}
+    used = {m for e in exprs for m in re.findall(r"\b(vigil_[a-z0-9_]+)", e)}
     assert used - exported == set()
     titles = " ".join(p["title"].lower() for p in dash["panels"])
     for topic in ("violations", "unseen", "latency", "lag", "progress", "acks", "failures", "freshness"):
