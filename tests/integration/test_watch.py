@@ -79,7 +79,7 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
     cfg, path = watch_config(cluster_ready, tmp_path, "restart", 29473,
                              writers=[{"name": "idempotent", "rate": 200}])
     port = cfg.metrics.port
-    writer = Background(path, "produce", "--duration", "150", name="produce")
+    writer = Background(path, "produce", "--duration", "90", name="produce")
     watch = Background(path, "watch", name="watch1")
     try:
         wait_for(lambda: metrics_up(port), 90, "the first batch")
