@@ -12,7 +12,10 @@ available — the high watermark (``read_uncommitted``) or the last stable offse
 position does not move, for longer than the threshold. Cannot be inferred from Spark alone: a
 query plans all partitions together, so one hung fetch blocks every partition of the batch.
 False positives: a threshold below the broker's fetch/session timeouts reports a slow broker
-as stalled (that is the point); a prober that cannot fetch the watermarks judges nothing.
+as stalled (that is the point). Cannot be inferred: records nobody can show exist — when the
+leader stops answering, the prober knows of waiting records from the last watermarks it got
+and from the writers' acked offsets in the ledger; if that leader also leads the writer's
+ledger partition, the evidence arrives only after the ledger fails over.
 Implies: end-to-end latency and ``unseen`` rise for the same partition.
 
 **lso_stuck** (``read_committed``, per partition). The last stable offset does not advance

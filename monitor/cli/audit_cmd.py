@@ -46,8 +46,10 @@ def audit_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print {isolation: {invariant: count}} plus examples."),
     timeout: float = typer.Option(600.0, help="Give up when the end of a partition is not reached within this."),
 ) -> None:
-    """Audit the whole history: read every partition from the beginning in read_committed and
-    read_uncommitted plus the whole ledger, and count every invariant exactly.
+    """Audit the whole history offline: the ground truth the live checker must agree with.
+
+    Reads every partition from the beginning in read_committed and read_uncommitted plus the
+    whole ledger, and counts every invariant exactly.
 
     This is the ground truth the live checker is compared with: an independent, whole-history
     implementation. Liveness invariants are time-based and live only; `lso_stuck` here counts

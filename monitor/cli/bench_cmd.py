@@ -16,9 +16,11 @@ def bench(
     only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker (default: all three)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
-    """Measure catch-up throughput over a pre-filled topic: (a) a bare confluent-kafka consumer,
-    (b) a Spark no-op query, (c) the full checker — each reading both isolation levels — and
-    print records/s, the ratios c/b and c/a, and peak RSS.
+    """Measure catch-up throughput: bare consumer vs Spark no-op vs the full checker.
+
+    Over a pre-filled topic: (a) a bare confluent-kafka consumer, (b) a Spark no-op query,
+    (c) the full checker — each reading both isolation levels; prints records/s, the ratios
+    c/b and c/a, and peak RSS.
 
     The topic is `vigil-bench-<records>` (replication factor 1, its own ledger), filled once on
     the configured cluster or the local one (started if needed). Machines are noisy: compare

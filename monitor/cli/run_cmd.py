@@ -29,8 +29,9 @@ def run(
     duration: Optional[float] = typer.Option(None, help="Stop after this many seconds (default: until Ctrl-C)."),
     as_json: bool = typer.Option(False, "--json", help="Print the writers' final summaries as JSON."),
 ) -> None:
-    """Run the embedded default: local 3-node cluster, canary writers and the live checker,
-    metrics on 127.0.0.1:9464.
+    """Run the embedded default: local 3-node cluster, canary writers and the live checker.
+
+    Metrics on 127.0.0.1:9464 (`metrics.bind`, `metrics.port`).
 
     With `kafka.bootstrap_servers` set, the configured cluster is used instead of the local
     one. Writers stop first (waiting for their last acknowledgements), then the checker.

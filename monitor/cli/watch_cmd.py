@@ -26,8 +26,10 @@ def watch(
     config: Optional[Path] = ConfigOption,
     duration: Optional[float] = typer.Option(None, help="Stop after this many seconds (default: until Ctrl-C)."),
 ) -> None:
-    """Run the live checker: Spark reads the canary topic in read_committed and read_uncommitted
-    plus the outcome ledger, judges every invariant, and exports them on /metrics.
+    """Run the live checker (Spark) against a running cluster and export every invariant.
+
+    Spark reads the canary topic in read_committed and read_uncommitted plus the outcome
+    ledger, judges every invariant, and exports them on /metrics.
 
     Counters continue from the checkpoint directory (`watch.checkpoint_dir`); evidence lines go
     to `watch.evidence.path`. The cluster must be up (`vigil cluster up` or `vigil run`).

@@ -7,7 +7,8 @@ less than ``INCIDENT_GAP_S`` apart share an incident: one fault usually shows se
 
 Idempotent under batch replay: before a batch is written, the file is cut back to the length
 recorded in the durable state with the previous batch, so lines of a batch that was written
-but never saved disappear before the batch is written again.
+but never saved disappear before the batch is written again. The optional evidence topic
+(compacted) keys each record by that same position, so a replay overwrites its own records.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class EvidenceLog:
                 line = json.dumps(record, sort_keys=True, default=str).encode() + b"\n"
                 f.write(line)
                 if self.producer is not None and self.topic:
-                    self.producer.produce(self.topic, key=f"{batch_id}:{i}".encode(), value=line[:-1])
+                    # keyed by where the line sits in the log: a replay rewrites the same keys
+                    self.producer.produce(self.topic, key=f"{committed_bytes}:{i}".encode(), value=line[:-1])
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()

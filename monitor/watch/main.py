@@ -59,6 +59,11 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
     from monitor.watch import spark as spark_job  # pyspark is heavy: imported when used
 
     runtime.serve_metrics(registry)
+    if cfg.watch.evidence.topic:
+        from monitor import clients
+
+        clients.ensure_topic(clients.admin(cfg.kafka, clients.canary_bootstrap(cfg)), cfg.watch.evidence.topic,
+                             1, cfg.canary.replication_factor, {"cleanup.policy": "compact"})
     runtime.prober.start()
     progress("starting Spark (the first batch takes a few seconds)")
     spark = spark_job.session(cfg, progress)

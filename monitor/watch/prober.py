@@ -123,11 +123,15 @@ class Prober(threading.Thread):
                 if entry is None:
                     continue
                 for ev in self.fold.apply(entry):
-                    if ev[0] == "acked":
-                        tid, p = ev[1][0], ev[1][1]
-                        if tid == self.view.topic_id:
-                            ends = self.view.ends.setdefault(p, PartitionEnds())
-                            ends.acked_end = max(ends.acked_end, ev[2] + 1)
+                    if ev[0] == "acked_run":  # (_, topic_id, p, writer, inc, first_seq, count, first_offset, done)
+                        tid, p, end = ev[1], ev[2], ev[7] + ev[6]
+                    elif ev[0] == "acked":  # a transaction's write: (_, wkey, offset, txn, done)
+                        tid, p, end = ev[1][0], ev[1][1], ev[2] + 1
+                    else:
+                        continue
+                    if tid == self.view.topic_id:
+                        ends = self.view.ends.setdefault(p, PartitionEnds())
+                        ends.acked_end = max(ends.acked_end, end)
 
     def _end(self, iso: Any, p: int) -> int:
         ends = self.view.ends.get(p, PartitionEnds())
@@ -173,6 +177,8 @@ class Prober(threading.Thread):
                 try:
                     offset = fut.result(timeout=4).offset
                 except Exception:  # that leader did not answer: keep what we knew
+                    continue
+                if offset < 0:  # an error result (e.g. OFFSET_INVALID): keep what we knew
                     continue
                 setattr(self.view.ends.setdefault(tp.partition, PartitionEnds()), attr, offset)
 

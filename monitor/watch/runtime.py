@@ -48,7 +48,7 @@ class WatchRuntime:
         self.state = state_store.load(self.dir, self.settings)
         self.state_bytes = (self.dir / state_store.STATE_FILE).stat().st_size if (
             self.dir / state_store.STATE_FILE).exists() else 0
-        self.evidence = EvidenceLog(cfg.evidence_path())
+        self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic)
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop)
         self.status = QueryStatus()
@@ -60,6 +60,16 @@ class WatchRuntime:
         self._topic_ids: dict[str, str] = {}
         self._admin = None
         self.published = self._snapshot()
+
+    def _evidence_producer(self) -> Any:
+        """A producer for the optional evidence topic (created compacted by `vigil watch`)."""
+        if not self.cfg.watch.evidence.topic:
+            return None
+        from confluent_kafka import Producer
+
+        conf = self.cfg.kafka.librdkafka(clients.canary_bootstrap(self.cfg))
+        conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 5, "client.id": "vigil-evidence"})
+        return Producer(conf)
 
     # -- identities ------------------------------------------------------------------------
 
@@ -89,12 +99,14 @@ class WatchRuntime:
     # -- the batch handler -----------------------------------------------------------------
 
     def handle_batch(self, df: Any, batch_id: int) -> None:
+        if batch_id <= self.state.batch_id:
+            return  # replayed after a restart: already applied and saved
+        t0 = time.monotonic()
+        table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
+        t1 = time.monotonic()
         with self.lock:
             if batch_id <= self.state.batch_id:
-                return  # replayed after a restart: already applied and saved
-            t0 = time.monotonic()
-            table = df.toArrow()
-            t1 = time.monotonic()
+                return
             try:
                 violations, stats = apply_batch(self.state.checker, table, self.topic_id_of)
                 st = self.state

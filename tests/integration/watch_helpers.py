@@ -144,3 +144,45 @@ def live_history(port: int) -> dict[tuple[str, str], int]:
     """The live counts of the invariants the audit recomputes."""
     audited = set(HISTORY) | {Invariant.LSO_STUCK.value}
     return {k: v for k, v in violations(port).items() if k[0] in audited}
+
+
+# -- a real Prometheus -------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "prometheus" / "vigil-rules.yml"
+DASHBOARD = ROOT / "grafana" / "vigil-dashboard.json"
+
+
+class Prometheus:
+    """The Debian package's Prometheus scraping one target every 2 s with the shipped rule file."""
+
+    def __init__(self, tmp: Path, target_port: int, port: int) -> None:
+        import shutil
+
+        binary = shutil.which("prometheus")
+        assert binary, "prometheus is missing: ./test.sh installs the Debian package"
+        self.port = port
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "vigil", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+        }))
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=(tmp / "prometheus.log").open("w"),
+            stderr=subprocess.STDOUT)
+
+    def query(self, expr: str) -> dict:
+        import urllib.parse
+
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def alerts(self) -> dict[str, str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/alerts", timeout=10) as resp:
+            return {a["labels"]["alertname"]: a["state"] for a in json.loads(resp.read())["data"]["alerts"]}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)

@@ -1,0 +1,63 @@
+"""The prober's bookkeeping, with fake consumers (the live behaviour is in the integration tests)."""
+
+from __future__ import annotations
+
+import threading
+
+from invariants.catalog import Invariant
+from invariants.model import RU
+from monitor.config import parse
+from monitor.ledger import encode_entry
+from monitor.watch.prober import PartitionEnds, Prober
+
+
+class Msg:
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def error(self):
+        return None
+
+    def value(self) -> bytes:
+        return self._value
+
+
+class FakeLedger:
+    def __init__(self, entries: list[dict]) -> None:
+        self.batches = [[Msg(encode_entry(e)) for e in entries]]
+
+    def consume(self, _n: int, _timeout: float) -> list[Msg]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def entry(n: int, kind: str, **body) -> dict:
+    return {"v": 1, "instance": "w", "writer_id": 7, "inc": 1, "n": n, "ts_us": 1, "kind": kind, **body}
+
+
+def test_acked_offsets_from_the_ledger_extend_what_is_available():
+    prober = Prober(parse({}), lambda _v: None, threading.Event())
+    prober.view.topic_id, prober.view.partitions = "T", 2
+    prober.ledger = FakeLedger([
+        entry(0, "intent", topic_id="T", writes=[[0, 0, 50], [1, 0, 2]], txn=None),
+        entry(1, "outcomes", topic_id="T", runs=[[0, 0, 50, "acked", 100, 1, 2, None],
+                                                 [1, 0, 2, "indeterminate", -1, 1, 2, "timeout"]]),
+        entry(2, "intent", topic_id="T", writes=[[1, 2, 1]], txn={"id": 1, "size": 1, "abort": False}),
+        entry(3, "outcomes", topic_id="T", runs=[[1, 2, 1, "acked", 9, 1, 2, None]]),
+        entry(4, "outcomes", topic_id="OTHER", runs=[[0, 0, 5, "acked", 999, 1, 2, None]]),
+    ])
+    prober._read_ledger()
+    assert prober.view.ends[0].acked_end == 150  # a run of 50 acked from offset 100
+    assert prober.view.ends[1].acked_end == 10  # a transaction's write at 9
+
+
+def test_a_stall_is_counted_once_when_records_wait_and_the_position_does_not_move():
+    cfg = parse({"watch": {"stall_threshold_s": 5}})
+    prober = Prober(cfg, lambda _v: None, threading.Event())
+    prober.view.topic_id, prober.view.partitions = "T", 1
+    prober.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
+    prober.readers = {RU: object()}
+    prober._position = lambda iso, p, consumer: 10
+    found = [v for now in (0, 3, 6, 9) for v in prober._judge(now)]
+    assert [(v.invariant, v.isolation, v.partition) for v in found] == [(Invariant.STALLED_POLL, RU, 0)]
+    prober._position = lambda iso, p, consumer: 20  # it progressed: the episode ends
+    assert prober._judge(12) == [] and prober.view.open_stalls[(Invariant.STALLED_POLL, RU)] == 0
