@@ -9,6 +9,11 @@ ledger is written idempotently with an infinite delivery timeout. Implies: verdi
 writer's writes in the gap cannot be made; those writes stay ``pending`` until the writer's
 next incarnation or stop turns them ``indeterminate`` (never ``lost_write``).
 
+Once the next incarnation of an instance has started, entries its predecessor still writes
+are ignored: the predecessor's undecided writes and transactions were declared
+``indeterminate`` at that point, and verdicts do not change afterwards (the instance lock
+keeps a predecessor from running on; the audit's ledger fold applies the same rule).
+
 :class:`LedgerFold` turns entries, in ledger order, into events for the checker. Its state is
 bounded by what is still open: pending writes (intent without outcome) and the per-writer
 numbering.
@@ -39,6 +44,7 @@ class WriterCursor:
     inc: int
     next_n: int = 0
     stopped: bool = False
+    superseded: bool = False  # a later incarnation of the instance has started
     pending: dict[tuple[str, int], list[Interval]] = field(default_factory=dict)  # (topic_id, p) -> intervals
     open_txns: set[TxnKey] = field(default_factory=set)
     last_ack_ts_us: int = 0
@@ -72,8 +78,8 @@ class LedgerFold:
         w = self.writers.get(key)
         if w is None:
             w = self.writers[key] = WriterCursor(e["instance"], e["writer_id"], e["inc"])
-        if e["n"] < w.next_n:
-            return []
+        if e["n"] < w.next_n or w.superseded:
+            return []  # a re-read, or a predecessor writing after its successor started
         events: list[Event] = []
         if e["n"] > w.next_n:
             events.append(("gap", key, e["n"] - w.next_n, w.next_n))
@@ -81,8 +87,9 @@ class LedgerFold:
         kind, wid, inc = e["kind"], e["writer_id"], e["inc"]
         if kind == "start":
             for (inst, i), other in self.writers.items():
-                if inst == e["instance"] and i < inc:
+                if inst == e["instance"] and i < inc and not other.superseded:
                     events.extend(self._close(other))
+                    other.superseded = True
         elif kind == "intent":
             txn = e.get("txn")
             tkey = (wid, inc, int(txn["id"])) if txn else None

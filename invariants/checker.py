@@ -249,9 +249,25 @@ class Checker:
                     self._violation(I.PARTIAL_TXN, RC, tid, p, tuple(sorted(tops.values())), tkey[:2],
                                     txn_id=tkey[2], detail=f"{visible} of {len(t.writes)} records visible")
                 t.judged = True
-            if rc_past and all(self.view(RU, tid, p).frontier > top for (tid, p), top in tops.items()):
+            if t.outcome == "aborted":
+                # Its records may still be read (writes that timed out can have landed): kept until
+                # both readers are a horizon past everything known of it (then it is the audit's).
+                if self._past_horizon(t):
+                    self.judge_queue.discard(tkey)
+                    del self.txns[tkey]
+            elif rc_past and all(self.view(RU, tid, p).frontier > top for (tid, p), top in tops.items()):
                 self.judge_queue.discard(tkey)
                 del self.txns[tkey]
+
+    def _past_horizon(self, t: transactions.TxnTrack) -> bool:
+        parts = {(w[0], w[1]) for w in t.writes} | {(w[0], w[1]) for w in t.acked}
+        known = {part: -1 for part in parts}
+        for w, off in [*t.acked.items(), *t.rc_reads.items()]:
+            known[(w[0], w[1])] = max(known.get((w[0], w[1]), -1), off)
+        if t.decided_at is None:
+            t.decided_at = {(iso, *part): self.view(iso, *part).frontier for part in parts for iso in (RC, RU)}
+        return all(self.view(iso, *part).frontier > max(known.get(part, -1), t.decided_at.get((iso, *part), 0))
+                   + self.settings.horizon_offsets for part in known for iso in (RC, RU))
 
     # -- verdicts on acked writes ----------------------------------------------------------
 

@@ -61,6 +61,12 @@ class StallTracker:
     def open_episodes(self) -> set[Hashable]:
         return set(self.counted)
 
+    def prime(self, keys: set[Hashable], now: float) -> None:
+        """Episodes already counted before a restart: not counted again while they last."""
+        for key in keys:
+            self.since.setdefault(key, now)
+            self.counted.add(key)
+
 
 @dataclass
 class PollProgress:

@@ -22,6 +22,11 @@ A committed transaction of which nothing is visible is not partial: its acked re
 positives: none for a committed transaction (Kafka's atomicity promise); Jepsen found torn
 transactions before KIP-890. Implies ``lost_write`` in ``read_uncommitted`` when the missing
 records were acked.
+
+**Horizon.** An aborted transaction is remembered until both readers have read
+``horizon_offsets`` past its known offsets (and past where they were when it was decided):
+a write of it that timed out may still have landed and be read later. Other transactions
+are forgotten once judged and read past.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class TxnTrack:
     aborted_counted: set[WriteKey] = field(default_factory=set)
     ru_reads: set[WriteKey] = field(default_factory=set)
     judged: bool = False
+    decided_at: dict | None = None  # (isolation, topic_id, partition) -> reader frontier when first seen decided
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}

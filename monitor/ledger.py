@@ -21,7 +21,7 @@ Entry kinds (all carry ``v, instance, writer_id, inc, n, ts_us, kind``):
 Because intents are durable before the send, the ledger knows every write that may exist. An
 intent without an outcome is *pending*; when the same instance starts its next incarnation,
 its predecessor's pending writes (and undecided transactions) become ``indeterminate`` — they
-were in flight when it died. :class:`LedgerBook` folds entries into these per-write outcomes.
+were in flight when it died — and entries the predecessor still writes afterwards are ignored. :class:`LedgerBook` folds entries into these per-write outcomes.
 """
 
 from __future__ import annotations
@@ -177,6 +177,7 @@ class WriterLedger:
     next_n: int = 0
     missing: list[int] = field(default_factory=list)
     stopped: bool = False
+    superseded: bool = False  # a later incarnation started: its entries from then on are ignored
 
 
 class LedgerBook:
@@ -200,8 +201,8 @@ class LedgerBook:
         w = self.writers.get(key)
         if w is None:
             w = self.writers[key] = WriterLedger(e["instance"], e["writer_id"], e["inc"])
-        if e["n"] < w.next_n:
-            return  # a re-read or duplicate entry: already applied
+        if e["n"] < w.next_n or w.superseded:
+            return  # a re-read or duplicate entry, or a predecessor writing after its successor started
         w.missing.extend(range(w.next_n, e["n"]))
         w.next_n = e["n"] + 1
         kind = e["kind"]
@@ -243,8 +244,9 @@ class LedgerBook:
 
     def _close_predecessors(self, instance: str, inc: int) -> None:
         for (inst, i), w in self.writers.items():
-            if inst == instance and i < inc:
+            if inst == instance and i < inc and not w.superseded:
                 self._close(w.writer_id, i, "writer restarted")
+                w.superseded = True
 
     # -- queries ---------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ class ProbeView:
     positions: dict[tuple, int] = field(default_factory=dict)  # (isolation, partition) -> position
     open_stalls: dict[tuple, int] = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     rounds: int = 0
+    open_keys: dict[str, set] = field(default_factory=dict)  # tracker -> keys of counted, open episodes
 
 
 class Prober(threading.Thread):
@@ -197,16 +198,17 @@ class Prober(threading.Thread):
                 if pos < 0:  # no position yet (nothing fetched since the assignment at the end)
                     pos = prev.position if prev else end
                 self.view.positions[key] = pos
-                stuck = prev is not None and liveness.poll_stuck(prev, pos, end)
-                if self.stalls.observe(key, stuck, now):
+                # the first observation after a start says nothing (an episode counted before a
+                # restart stays open until a real observation ends it)
+                if prev is not None and self.stalls.observe(key, liveness.poll_stuck(prev, pos, end), now):
                     out.append(Violation(Invariant.STALLED_POLL, iso, tid, p, (pos, end),
                                          detail=f"position {pos}, records available up to {end}, no progress "
                                                 f"for {self.cfg.watch.stall_threshold_s:.0f} s"))
                 self.prev[key] = liveness.PollProgress(pos, end)
         for p, ends in self.view.ends.items():
             prev_lso = self.prev_lso.get(p)
-            stuck = prev_lso is not None and ends.lso >= 0 and liveness.lso_stuck(prev_lso, ends.lso, ends.high_watermark)
-            if self.lso.observe(p, stuck, now):
+            observed = prev_lso is not None and ends.lso >= 0
+            if observed and self.lso.observe(p, liveness.lso_stuck(prev_lso, ends.lso, ends.high_watermark), now):
                 out.append(Violation(Invariant.LSO_STUCK, RC, tid, p, (ends.lso, ends.high_watermark),
                                      detail=f"LSO {ends.lso} frozen below high watermark {ends.high_watermark}"))
             if ends.lso >= 0:
@@ -226,7 +228,17 @@ class Prober(threading.Thread):
                 (Invariant.LSO_STUCK, RC): len(self.lso.open_episodes()),
                 (Invariant.PRODUCER_STALLED, NONE): len(self.producers.open_episodes()),
             }
+            self.view.open_keys = {name: tracker.open_episodes() for name, tracker in self._trackers().items()}
         return out
+
+    def _trackers(self) -> dict[str, liveness.StallTracker]:
+        return {"stalls": self.stalls, "lso": self.lso, "producers": self.producers}
+
+    def prime(self, open_keys: dict[str, set], now: float | None = None) -> None:
+        """Episodes counted before a restart (from the durable state)."""
+        for name, tracker in self._trackers().items():
+            tracker.prime(set(open_keys.get(name, ())), time.time() if now is None else now)
+        self.view.open_keys = {name: set(keys) for name, keys in open_keys.items()}
 
     def probe_once(self, now: float | None = None) -> list[Violation]:
         if self.view.rounds % 5 == 0 or not self.view.partitions:
@@ -247,7 +259,8 @@ class Prober(threading.Thread):
         with self.lock:
             return ProbeView(self.view.topic_id, self.view.partitions, dict(self.view.leaders),
                              list(self.view.brokers), dict(self.view.ends), dict(self.view.positions),
-                             dict(self.view.open_stalls), self.view.rounds)
+                             dict(self.view.open_stalls), self.view.rounds,
+                             {k: set(v) for k, v in self.view.open_keys.items()})
 
     def run(self) -> None:
         self._open()

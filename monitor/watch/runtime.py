@@ -51,6 +51,7 @@ class WatchRuntime:
         self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic)
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop)
+        self.prober.prime(self.state.open_episodes)
         self.status = QueryStatus()
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
         self.batch_timing = (0.0, 0.0, 0)
@@ -141,6 +142,7 @@ class WatchRuntime:
 
     def _persist(self, batch_id: int, violations: list[Violation]) -> None:
         st = self.state
+        st.open_episodes = self.prober.snapshot().open_keys
         if violations:
             st.evidence_bytes = self.evidence.write(batch_id, violations, st.evidence_bytes, st.incidents,
                                                     self.topic_name_of, self.leader_of)

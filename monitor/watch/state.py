@@ -40,7 +40,8 @@ class WatchState:
     incidents: dict[Any, tuple[str, float]] = field(default_factory=dict)
     restarts: int = 0
     batches: int = 0
-    last_batch_at: float = 0.0  # wall clock of the last applied batch (freshness survives restarts)
+    last_batch_at: float = 0.0
+    open_episodes: dict = field(default_factory=dict)  # liveness episodes counted and still open  # wall clock of the last applied batch (freshness survives restarts)
     version: int = STATE_VERSION
 
     def __post_init__(self) -> None:

@@ -24,13 +24,14 @@ I = Invariant
 
 KINDS = ("clean", "lost", "hole", "duplicate", "reorder", "zero", "mismatch", "inconsistent", "aborted_read",
          "honest_abort", "partial", "torn", "gap", "indeterminate", "committed_txn", "unknown_txn",
-         "unknown_torn", "far", "hole_in_run")
+         "unknown_torn", "far", "hole_in_run", "unacked_aborted_read", "landed_abort", "zombie")
 
 EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "clean": {}, "honest_abort": {}, "indeterminate": {}, "committed_txn": {}, "unknown_txn": {},
     "unknown_torn": {(I.PARTIAL_TXN, RC): 1},
     "far": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "hole_in_run": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "unacked_aborted_read": {(I.ABORTED_READ, RC): 2}, "landed_abort": {}, "zombie": {},
     "lost": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "hole": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "duplicate": {(I.DUPLICATE, RC): 1, (I.DUPLICATE, RU): 1},
@@ -57,10 +58,10 @@ class Slot:
 class _Writer:
     ids = itertools.count(1)
 
-    def __init__(self, history: "History") -> None:
+    def __init__(self, history: "History", predecessor: "_Writer | None" = None) -> None:
         self.h = history
-        self.wid = next(self.ids) * 7919
-        self.inc = 1
+        self.wid = predecessor.wid if predecessor else next(self.ids) * 7919
+        self.inc = predecessor.inc + 1 if predecessor else 1
         self.n = 0
         self.seq: Counter[int] = Counter()
         self.entry("start", topic=TOPIC, topic_id=TOPIC, partitions=self.h.partitions, writer={})
@@ -159,6 +160,33 @@ class History:
         w.intent(p, seqs[3:])
         offs = [self.append(p, Slot(w.ident(s), hole=i == 6)) for i, s in enumerate(seqs)]
         w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
+
+    def _unacked_aborted_read(self, w: _Writer, p: int) -> None:
+        """An aborted transaction whose writes timed out (indeterminate) yet read_committed sees them."""
+        self._txn(w, p, 2, 0, 0, "aborted")
+        for s in range(w.seq[p] - 2, w.seq[p]):
+            self.honest(self.background, p, 1)
+            self.append(p, Slot(w.ident(s), txn_id=1, rc=True))
+
+    def _landed_abort(self, w: _Writer, p: int) -> None:
+        """An honest abort: one write acked, one timed out but landed, both only read_uncommitted."""
+        s0, s1 = w.seqs(p, 2)
+        w.intent(p, [s0, s1], {"id": 1, "size": 2, "abort": True})
+        o0 = self.append(p, Slot(w.ident(s0), txn_id=1, rc=False))
+        self.honest(self.background, p, 2)
+        self.append(p, Slot(w.ident(s1), txn_id=1, rc=False))
+        w.outcomes(p, [(s0, "acked", o0), (s1, "indeterminate", -1)])
+        w.entry("txn", id=1, outcome="aborted", error=None)
+
+    def _zombie(self, w: _Writer, p: int) -> None:
+        """A predecessor's outcomes and abort land after its successor started: ignored."""
+        seqs = w.seqs(p, 2)
+        w.intent(p, seqs, {"id": 1, "size": 2, "abort": True})
+        offs = [self.append(p, Slot(w.ident(s), txn_id=1, rc=False)) for s in seqs]
+        successor = _Writer(self, w)
+        w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
+        w.entry("txn", id=1, outcome="aborted", error=None)
+        successor.entry("stop")
 
     def _duplicate(self, w: _Writer, p: int) -> None:
         (s,) = w.seqs(p, 1)

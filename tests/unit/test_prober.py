@@ -61,3 +61,27 @@ def test_a_stall_is_counted_once_when_records_wait_and_the_position_does_not_mov
     assert [(v.invariant, v.isolation, v.partition) for v in found] == [(Invariant.STALLED_POLL, RU, 0)]
     prober._position = lambda iso, p, consumer: 20  # it progressed: the episode ends
     assert prober._judge(12) == [] and prober.view.open_stalls[(Invariant.STALLED_POLL, RU)] == 0
+
+
+def test_an_episode_open_before_a_restart_is_not_counted_again():
+    cfg = parse({"watch": {"stall_threshold_s": 5}})
+    before = Prober(cfg, lambda _v: None, threading.Event())
+    before.view.topic_id, before.view.partitions = "T", 1
+    before.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
+    before.readers = {RU: object()}
+    before._position = lambda iso, p, consumer: 10
+    assert len([v for now in (0, 3, 6, 9) for v in before._judge(now)]) == 1
+    saved = before.snapshot().open_keys
+
+    after = Prober(cfg, lambda _v: None, threading.Event())  # the restarted monitor
+    after.prime(saved, now=100)
+    after.view.topic_id, after.view.partitions = "T", 1
+    after.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
+    after.readers = {RU: object()}
+    after._position = lambda iso, p, consumer: 10
+    assert [v for now in (100, 103, 110, 120) for v in after._judge(now)] == []  # the same episode
+    after._position = lambda iso, p, consumer: 20
+    after._judge(121)  # it ended
+    after._position = lambda iso, p, consumer: 20
+    after.view.ends[0] = PartitionEnds(high_watermark=30, lso=30, acked_end=30)
+    assert len([v for now in (130, 133, 136, 139) for v in after._judge(now)]) == 1  # a new one counts
