@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,9 +19,9 @@ def cluster_env(tmp_path_factory):
     config, path = make_config(tmp, client_base=21092, internal_base=22092, control_port=22090)
     cluster = LocalCluster(config.cluster, print)
     started = time.monotonic()
-    cluster.up()
-    up_seconds = time.monotonic() - started
-    try:
+    try:  # a start that fails half-way must not leave its nodes running either
+        cluster.up()
+        up_seconds = time.monotonic() - started
         yield {"config": config, "config_path": path, "cluster": cluster, "up_seconds": up_seconds,
                "tmp": tmp, "bootstrap": cluster.bootstrap_servers}
     finally:
