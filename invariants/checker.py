@@ -60,7 +60,6 @@ class Checker:
         self.expired_unread = 0
         self.aborted_allowed = 0
         self.records_checked: Counter[Isolation] = Counter()
-        self.ledger_entries = 0
         self._dirty: set[tuple[Isolation, str, int]] = set()
         self._out: list[Violation] = []
 
@@ -75,7 +74,6 @@ class Checker:
 
     def apply_ledger(self, entries: Iterable[dict[str, Any]]) -> None:
         for entry in entries:
-            self.ledger_entries += 1
             for ev in self.fold.apply(entry):
                 self._ledger_event(ev)
 

@@ -8,7 +8,7 @@ foreign or malformed one (so two different records at one offset can still be to
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from invariants.catalog import Invariant, Isolation
@@ -28,7 +28,6 @@ class Read:
     offset: int
     ident: Ident
     txn_id: int = 0
-    produce_ts_us: int = 0
 
 
 def is_canary(ident: Ident) -> bool:
@@ -68,7 +67,6 @@ class Violation:
     seq: int | None = None
     txn_id: int | None = None
     detail: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,5 +74,5 @@ class Violation:
             "partition": self.partition, "offsets": list(self.offsets),
             "writer_id": None if self.writer is None else f"{self.writer[0]:016x}",
             "incarnation": None if self.writer is None else self.writer[1], "seq": self.seq,
-            "txn_id": self.txn_id, "detail": self.detail, **self.extra,
+            "txn_id": self.txn_id, "detail": self.detail,
         }

@@ -26,7 +26,7 @@ import psutil
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from monitor import clients, record_format
-from monitor.canary.runner import open_ledger
+from monitor.canary.runner import open_ledger, prepare_topics
 from monitor.config import Config
 from monitor.identity import claim
 from monitor.ledger import now_us
@@ -99,11 +99,7 @@ def _values(writer_id: int, inc: int, first_seq: int, count: int) -> list[bytes]
 def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     """Fill the canary topic up to ``records`` honest canary records (with their ledger)."""
     bootstrap = clients.canary_bootstrap(cfg)
-    admin = clients.admin(cfg.kafka, bootstrap)
-    info = clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
-                                cfg.canary.topic_configs())
-    clients.ensure_topic(clients.admin(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg)), cfg.ledger.topic,
-                         cfg.ledger.partitions, cfg.ledger.replication_factor, cfg.ledger.topic_configs())
+    info = prepare_topics(cfg).canary
     probe = clients.consumer(cfg.kafka, bootstrap, "read_uncommitted", group="vigil-bench")
     have = sum(probe.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[1]
                for p in range(info.partitions))

@@ -193,7 +193,7 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) ->
             res.add(Invariant.PARTIAL_TXN, RC, txn=key, visible=visible, intended=len(txn.writes))
 
 
-def hanging_transactions(book: LedgerBook, entries: Iterable[dict[str, Any]], threshold_s: float) -> int:
+def hanging_transactions(entries: Iterable[dict[str, Any]], threshold_s: float) -> int:
     """Per (transaction, partition): open (intent → decision) longer than ``threshold_s``."""
     opened: dict[tuple[int, int, int], tuple[int, set[int]]] = {}
     count = 0

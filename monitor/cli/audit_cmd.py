@@ -12,21 +12,17 @@ from invariants.catalog import CATALOG, Invariant, Isolation
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit, hanging_transactions
 from monitor.audit.reader import read_history
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
-from monitor.ledger import LedgerBook
 
 
 def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
     entries, reads, log_start, topic_id, malformed = read_history(cfg, timeout_s, progress)
     result = audit(entries, reads, cfg.watch.settle_offsets, log_start)
-    book = LedgerBook()
-    for e in entries:
-        book.apply(e)
     counts: dict[str, dict[str, int]] = {iso.value: {} for iso in Isolation}
     for inv in (*HISTORY_INVARIANTS, Invariant.LSO_STUCK):
         for iso in CATALOG[inv].scope.isolations:
             counts[iso.value][inv.value] = result.count(inv, iso)
     counts[Isolation.READ_COMMITTED.value][Invariant.LSO_STUCK.value] = hanging_transactions(
-        book, entries, cfg.watch.lso_stuck_threshold_s)
+        entries, cfg.watch.lso_stuck_threshold_s)
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from rich.live import Live
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
-from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json, progress
+from monitor.cli.common import ConfigOption, err_console, load_config, print_json, progress
 from monitor.cli.produce_cmd import install_stop_handlers, status_line, writer_summary
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.metrics import producer_metrics

@@ -32,7 +32,6 @@ ISOLATION_OF = {SRC_RC: RC, SRC_RU: RU}
 
 @dataclass
 class BatchStats:
-    records: Counter = field(default_factory=Counter)  # src -> rows
     malformed: Counter = field(default_factory=Counter)  # kind -> rows
     e2e_counts: dict[Any, np.ndarray] = field(default_factory=dict)  # iso -> bucket counts (+Inf last)
     e2e_sum: Counter = field(default_factory=Counter)
@@ -43,9 +42,6 @@ def apply_batch(checker: Checker, table: pa.Table, topic_ids: Callable[[str], st
     """Feed one micro-batch to the checker: ledger first, then each reader's partitions."""
     now = time.time() if now is None else now
     stats = BatchStats()
-    src = table.column("src").to_numpy()
-    for s in (SRC_RC, SRC_RU, SRC_LEDGER):
-        stats.records[s] = int((src == s).sum())
     ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
     if ledger.num_rows:
         ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])

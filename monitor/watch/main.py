@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-import os
-import sys
 import time
 from typing import Callable
 
@@ -40,10 +38,6 @@ class _Freshness(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:  # noqa: N802
         caught_up = all(_offsets(src.endOffset) == _offsets(src.latestOffset) for src in event.progress.sources)
         self.runtime.on_progress(_started(event.progress.timestamp) if caught_up else None)
-        if os.environ.get("VIGIL_DEBUG_BATCHES"):
-            p = event.progress
-            print(f"progress batch {p.batchId}: rows {p.numInputRows} durations {p.durationMs}", file=sys.stderr,
-                  flush=True)
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         self.runtime.on_progress(_started(event.timestamp))

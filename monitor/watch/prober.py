@@ -52,7 +52,6 @@ class ProbeView:
     leaders: dict[int, int] = field(default_factory=dict)
     brokers: list[int] = field(default_factory=list)
     ends: dict[int, PartitionEnds] = field(default_factory=dict)
-    positions: dict[tuple, int] = field(default_factory=dict)  # (isolation, partition) -> position
     open_stalls: dict[tuple, int] = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     rounds: int = 0
     open_keys: dict[str, set] = field(default_factory=dict)  # tracker -> keys of counted, open episodes
@@ -197,7 +196,6 @@ class Prober(threading.Thread):
                 prev = self.prev.get(key)
                 if pos < 0:  # no position yet (nothing fetched since the assignment at the end)
                     pos = prev.position if prev else end
-                self.view.positions[key] = pos
                 # the first observation after a start says nothing (an episode counted before a
                 # restart stays open until a real observation ends it)
                 if prev is not None and self.stalls.observe(key, liveness.poll_stuck(prev, pos, end), now):
@@ -258,7 +256,7 @@ class Prober(threading.Thread):
     def snapshot(self) -> ProbeView:
         with self.lock:
             return ProbeView(self.view.topic_id, self.view.partitions, dict(self.view.leaders),
-                             list(self.view.brokers), dict(self.view.ends), dict(self.view.positions),
+                             list(self.view.brokers), dict(self.view.ends),
                              dict(self.view.open_stalls), self.view.rounds,
                              {k: set(v) for k, v in self.view.open_keys.items()})
 

@@ -10,8 +10,6 @@ the restarts; ``/metrics`` keeps answering throughout (``vigil_up`` says whether
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry
 
 from invariants.catalog import series
-from invariants.model import RC, RU, Settings, Violation
+from invariants.model import RC, Settings, Violation
 from monitor import clients
 from monitor.config import Config
 from monitor.metrics import WatchCollector, WatchSnapshot
@@ -54,7 +52,6 @@ class WatchRuntime:
         self.prober.prime(self.state.open_episodes)
         self.status = QueryStatus()
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
-        self.batch_timing = (0.0, 0.0, 0)
         self.caught_up_at = 0.0
         self.last_progress: dict[tuple, float] = {}
         self._frontiers: dict[tuple, int] = {}
@@ -102,9 +99,7 @@ class WatchRuntime:
     def handle_batch(self, df: Any, batch_id: int) -> None:
         if batch_id <= self.state.batch_id:
             return  # replayed after a restart: already applied and saved
-        t0 = time.monotonic()
         table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
-        t1 = time.monotonic()
         with self.lock:
             if batch_id <= self.state.batch_id:
                 return
@@ -122,10 +117,6 @@ class WatchRuntime:
                 self.state = state_store.load(self.dir, self.settings)  # drop the half-applied batch
                 raise
             now = time.time()
-            self.batch_timing = (t1 - t0, time.monotonic() - t1, table.num_rows)
-            if os.environ.get("VIGIL_DEBUG_BATCHES"):
-                print(f"batch {batch_id}: {table.num_rows} rows, arrow {t1 - t0:.3f} s, check {self.batch_timing[1]:.3f} s",
-                      file=sys.stderr, flush=True)
             self.last_batch = now
             for key, frontier in self.state.checker.frontiers().items():
                 if self._frontiers.get(key) != frontier:

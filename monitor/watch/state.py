@@ -21,7 +21,6 @@ import numpy as np
 
 from invariants.checker import Checker
 from invariants.model import Settings
-from monitor.metrics import E2E_BUCKETS
 
 STATE_FILE = "vigil-state.pkl"
 STATE_VERSION = 1
@@ -40,8 +39,8 @@ class WatchState:
     incidents: dict[Any, tuple[str, float]] = field(default_factory=dict)
     restarts: int = 0
     batches: int = 0
-    last_batch_at: float = 0.0
-    open_episodes: dict = field(default_factory=dict)  # liveness episodes counted and still open  # wall clock of the last applied batch (freshness survives restarts)
+    last_batch_at: float = 0.0  # wall clock of the last applied batch (freshness survives restarts)
+    open_episodes: dict = field(default_factory=dict)  # liveness episodes counted and still open
     version: int = STATE_VERSION
 
     def __post_init__(self) -> None:
@@ -52,10 +51,6 @@ class WatchState:
         prev = self.e2e_counts.get(iso)
         self.e2e_counts[iso] = counts if prev is None else prev + counts
         self.e2e_sum[iso] += total
-
-
-def empty_e2e() -> np.ndarray:
-    return np.zeros(len(E2E_BUCKETS) + 1, dtype=np.int64)
 
 
 class StateError(Exception):

@@ -50,13 +50,20 @@ def test_acked_offsets_from_the_ledger_extend_what_is_available():
     assert prober.view.ends[1].acked_end == 10  # a transaction's write at 9
 
 
-def test_a_stall_is_counted_once_when_records_wait_and_the_position_does_not_move():
-    cfg = parse({"watch": {"stall_threshold_s": 5}})
-    prober = Prober(cfg, lambda _v: None, threading.Event())
+def stuck_prober(**primed) -> Prober:
+    """One partition whose read_uncommitted reader sits at 10 while records are acked up to 20."""
+    prober = Prober(parse({"watch": {"stall_threshold_s": 5}}), lambda _v: None, threading.Event())
+    if primed:
+        prober.prime(primed["open_keys"], now=primed["now"])
     prober.view.topic_id, prober.view.partitions = "T", 1
     prober.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
     prober.readers = {RU: object()}
     prober._position = lambda iso, p, consumer: 10
+    return prober
+
+
+def test_a_stall_is_counted_once_when_records_wait_and_the_position_does_not_move():
+    prober = stuck_prober()
     found = [v for now in (0, 3, 6, 9) for v in prober._judge(now)]
     assert [(v.invariant, v.isolation, v.partition) for v in found] == [(Invariant.STALLED_POLL, RU, 0)]
     prober._position = lambda iso, p, consumer: 20  # it progressed: the episode ends
@@ -64,21 +71,11 @@ def test_a_stall_is_counted_once_when_records_wait_and_the_position_does_not_mov
 
 
 def test_an_episode_open_before_a_restart_is_not_counted_again():
-    cfg = parse({"watch": {"stall_threshold_s": 5}})
-    before = Prober(cfg, lambda _v: None, threading.Event())
-    before.view.topic_id, before.view.partitions = "T", 1
-    before.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
-    before.readers = {RU: object()}
-    before._position = lambda iso, p, consumer: 10
+    before = stuck_prober()
     assert len([v for now in (0, 3, 6, 9) for v in before._judge(now)]) == 1
     saved = before.snapshot().open_keys
 
-    after = Prober(cfg, lambda _v: None, threading.Event())  # the restarted monitor
-    after.prime(saved, now=100)
-    after.view.topic_id, after.view.partitions = "T", 1
-    after.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
-    after.readers = {RU: object()}
-    after._position = lambda iso, p, consumer: 10
+    after = stuck_prober(open_keys=saved, now=100)  # the restarted monitor
     assert [v for now in (100, 103, 110, 120) for v in after._judge(now)] == []  # the same episode
     after._position = lambda iso, p, consumer: 20
     after._judge(121)  # it ended
