@@ -104,6 +104,10 @@ class WatchRuntime:
             if batch_id <= self.state.batch_id:
                 return
             try:
+                view = self.prober.snapshot()  # below the log start nothing is judged (retention)
+                for p, ends in view.ends.items():
+                    if view.topic_id and ends.log_start > 0:
+                        self.state.checker.set_log_start(view.topic_id, p, ends.log_start)
                 violations, stats = apply_batch(self.state.checker, table, self.topic_id_of)
                 st = self.state
                 st.malformed.update(stats.malformed)

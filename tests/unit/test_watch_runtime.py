@@ -150,3 +150,14 @@ def test_healthz_never_depends_on_freshness_and_ready_does(tmp_path, monkeypatch
     rt.last_batch -= 3600
     assert get("/ready") == (503, "stale: last trigger 3600 s ago\n")
     assert get("/healthz")[0] == 200
+
+
+def test_writes_below_the_log_start_the_prober_saw_are_expired_not_lost(runtime):
+    from monitor.watch.prober import PartitionEnds
+
+    rt = runtime()
+    rt.prober.view.topic_id = TID
+    rt.prober.view.ends[0] = PartitionEnds(log_start=10)  # retention deleted offsets below 10
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)  # the lie claims offset 5
+    assert lost(rt) == [0, 0]
+    assert rt.published.expired_unread == 2
