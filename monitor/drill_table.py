@@ -14,8 +14,8 @@ duplicate          the same record (writer, partition, seq) written twice;     d
 reorder            seq s+1 written before seq s (both acked, truthfully)       reorder (rc, ru)
 zero_offset        a record written at o > 0; the ledger claims acked(0)       zero_offset (rc, ru),
                    while offset 0 holds another record                         offset_mismatch (rc, ru)
-offset_mismatch    a record written at o; the ledger claims acked(o') with     offset_mismatch (rc, ru)
-                   o' > 0 the offset of an honest cover record
+offset_mismatch    a record written at o; the ledger claims acked(o + 1); an     offset_mismatch (rc, ru)
+                   honest cover record written after it
 aborted_read       a transaction that committed, recorded as aborted           aborted_read (rc) per record
 partial_txn        a transaction recorded as committed with two records; only  partial_txn (rc) per txn
                    the first was ever written

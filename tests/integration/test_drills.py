@@ -78,8 +78,9 @@ def test_drill_writes_what_it_reports(cluster_ready, topics, kind):
     elif kind == "offset_mismatch":
         for item in injected:
             assert seqs[item["actual_offset"]] == item["seq"]
-            assert seqs[item["claimed_offset"]] == item["cover_seq"]
-            assert ledger[item["seq"]].offset == item["claimed_offset"] != item["actual_offset"]
+            assert seqs[item["cover_offset"]] == item["cover_seq"]
+            assert ledger[item["seq"]].offset == item["claimed_offset"] == item["actual_offset"] + 1
+            assert item["claimed_offset"] <= item["cover_offset"]
     elif kind == "aborted_read":
         (item,) = injected
         committed = _seqs_at(_records(env, topics.canary.name, "read_committed", wid), p)

@@ -77,7 +77,7 @@ def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_
                 now = violations(port)
                 return nonzero({k: now[k] - before.get(k, 0) for k in now})
 
-            wait_for(lambda: moved() == want, 10, f"{kind}: {want}")
+            wait_for(lambda: moved() == want, 10, f"{kind}: {want}", show=moved)
             assert time.monotonic() - done <= 10.5
             time.sleep(2)  # nothing else moves afterwards either
             assert moved() == want, kind
@@ -125,7 +125,8 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
             want[k] += 2
         for k in [("lost_write", "read_committed"), ("lost_write", "read_uncommitted")]:
             want[k] += 1
-        wait_for(lambda: violations(port) == want, 90, "the drills made during the downtime")
+        wait_for(lambda: violations(port) == want, 90, "the drills made during the downtime",
+                 show=lambda: violations(port))
         assert writer.wait(240) == 0, writer.tail()
         time.sleep(5)
         assert violations(port) == want

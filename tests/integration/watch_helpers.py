@@ -103,7 +103,10 @@ def sample(port: int, name: str, **labels: str) -> float | None:
     return scrape(port).get((name, tuple(sorted(labels.items()))))
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.5,
+             show: Callable[[], Any] | None = None) -> Any:
+    """Polls ``pred`` until truthy; on timeout the error names ``what`` and shows ``show()``
+    (or the predicate's last value)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -114,6 +117,8 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
         if last:
             return last
         time.sleep(interval)
+    if show is not None:
+        last = show()
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last})")
 
 
