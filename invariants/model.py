@@ -1,13 +1,14 @@
 """Shared vocabulary of the checkers: what a read, a write key and a violation look like.
 
 Plain tuples and frozen dataclasses, no I/O. A record read by a reader is identified by its
-``ident``: ``(writer_id, incarnation, seq)`` for a canary record, ``("x", digest)`` for a
-foreign or malformed one (so two different records at one offset can still be told apart).
+``ident``: ``(writer_id, incarnation, seq)`` for a canary record, ``("x", crc32, length)``
+(:func:`foreign_ident`) for a foreign or malformed one (so two different records at one offset can still be told apart).
 """
 
 from __future__ import annotations
 
 import enum
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from invariants.catalog import Invariant, Isolation
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 READERS = (RC, RU)
 
-Ident = tuple  # (writer_id, inc, seq) or ("x", digest)
+Ident = tuple  # (writer_id, inc, seq) or ("x", crc32, length)
 WriteKey = tuple[str, int, int, int, int]  # topic_id, partition, writer_id, inc, seq
 TxnKey = tuple[int, int, int]  # writer_id, inc, txn_id
 
@@ -34,6 +35,13 @@ def is_canary(ident: Ident) -> bool:
     return ident[0] != "x"
 
 
+def foreign_ident(value: bytes | None) -> Ident:
+    """The identity of a value that is not a canary record: a digest of its bytes (the live
+    checker and the audit must give one value the same identity for the offset checks)."""
+    v = value or b""
+    return ("x", zlib.crc32(v), len(v))
+
+
 @dataclass(frozen=True)
 class Settings:
     """Knobs both the live checker and the audit take, so they judge by the same rule.
@@ -45,7 +53,7 @@ class Settings:
     """
 
     settle_offsets: int = 16
-    horizon_offsets: int = 50_000
+    horizon_offsets: int = 20_000
 
 
 class Verdict(str, enum.Enum):

@@ -17,6 +17,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from invariants.model import Settings
+
 ClientValue = Union[str, int, float, bool]
 
 
@@ -211,9 +213,9 @@ class WatchConfig(_Model):
                                  "fetch blocks a batch before the query fails and is restarted")
     starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest", description="where a new checkpoint starts reading the canary and ledger topics")
-    settle_offsets: int = Field(16, ge=1, description="H: a write missing at its acked offset o is lost once "
+    settle_offsets: int = Field(Settings.settle_offsets, ge=1, description="H: a write missing at its acked offset o is lost once "
                                 "the reader reached o+H without finding it (found before: offset_mismatch)")
-    horizon_offsets: int = Field(20000, ge=100, description="per reader and partition, how far behind the "
+    horizon_offsets: int = Field(Settings.horizon_offsets, ge=100, description="per reader and partition, how far behind the "
                                  "frontier the checker remembers offsets (older anomalies: the audit's)")
     unseen_after_s: float = Field(10.0, gt=0, description="an acked write not yet read after this is `unseen`")
     stall_threshold_s: float = Field(15.0, gt=0, description="stalled_poll: no progress with records available")

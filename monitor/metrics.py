@@ -13,14 +13,14 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from invariants.catalog import Isolation, series
+from invariants.catalog import series
+from invariants.model import READERS, RU
 
 from monitor.outcomes import TxnOutcome, WriteOutcome
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]
 PRODUCER_ERROR_KINDS = ["init_producer_id", "transaction", "fatal", "client", "queue_full"]
-READER_ISOLATIONS = (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -124,7 +124,7 @@ class WatchCollector:
         yield v
         checked = CounterMetricFamily("vigil_records_checked", "Canary records read and checked, per reader.",
                                       labels=["isolation"])
-        for iso in READER_ISOLATIONS:
+        for iso in READERS:
             checked.add_metric([iso.value], s.records_checked.get(iso, 0))
         yield checked
         yield CounterMetricFamily("vigil_expired_unread", "Acked writes that could not be judged: below the "
@@ -138,16 +138,16 @@ class WatchCollector:
         yield mal
         ab = CounterMetricFamily("vigil_aborted_records_read", "Records of aborted transactions returned by the "
                                  "read_uncommitted reader (allowed; not a violation).", labels=["isolation"])
-        ab.add_metric([READER_ISOLATIONS[1].value], s.aborted_allowed)
+        ab.add_metric([RU.value], s.aborted_allowed)
         yield ab
         unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
                                    "reader has not reached yet (late, not lost).", labels=["isolation"])
-        for iso in READER_ISOLATIONS:
+        for iso in READERS:
             unseen.add_metric([iso.value], s.unseen.get(iso, 0))
         yield unseen
         e2e = HistogramMetricFamily("vigil_e2e_latency_seconds", "Produce-to-check latency of canary records, "
                                     "per reader.", labels=["isolation"])
-        for iso in READER_ISOLATIONS:
+        for iso in READERS:
             counts = list(s.e2e_counts.get(iso, [0] * (len(E2E_BUCKETS) + 1)))
             cumulative, total = [], 0
             for bound, c in zip([*map(str, E2E_BUCKETS), "+Inf"], counts):

@@ -188,5 +188,11 @@ def decode_headers(values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
     return headers, valid
 
 
+def malformed_kind(value: bytes | None) -> str:
+    """How a value that is not a well-formed canary record is counted: ``malformed`` when it
+    starts with the canary magic bytes, ``foreign`` otherwise."""
+    return "malformed" if (value or b"")[:2] == MAGIC else "foreign"
+
+
 def record_key(writer_id: int, partition: int) -> bytes:
     return f"{writer_id:016x}/{partition}".encode()

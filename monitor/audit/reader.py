@@ -4,12 +4,12 @@ isolation levels, up to the end (high watermark / LSO), plus the whole ledger.""
 from __future__ import annotations
 
 import time
-import zlib
 from typing import Any, Callable
 
 from confluent_kafka import KafkaError, TopicPartition
 
 from invariants.catalog import Isolation
+from invariants.model import foreign_ident
 from monitor import clients, record_format
 from monitor.config import Config
 from monitor.ledger import decode_entry
@@ -81,10 +81,9 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
             if isinstance(rec, record_format.CanaryRecord):
                 item = (msg.offset(), (rec.writer_id, rec.incarnation, rec.seq), rec.txn_id)
             else:
-                value = msg.value() or b""
                 if iso is Isolation.READ_UNCOMMITTED:
-                    malformed["malformed" if value[:2] == record_format.MAGIC else "foreign"] += 1
-                item = (msg.offset(), ("x", zlib.crc32(value), len(value)), 0)
+                    malformed[record_format.malformed_kind(msg.value())] += 1
+                item = (msg.offset(), foreign_ident(msg.value()), 0)
             per.setdefault((info.topic_id, msg.partition()), []).append(item)
 
         c = clients.consumer(cfg.kafka, bootstrap, iso.value, group="vigil-audit")

@@ -11,7 +11,6 @@ as ``ledger``. Nothing here raises on bad data.
 from __future__ import annotations
 
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -21,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from invariants.checker import Checker
-from invariants.model import RC, RU, Read, Violation
+from invariants.model import RC, RU, Read, Violation, foreign_ident
 from monitor.ledger import decode_entry
 from monitor.metrics import E2E_BUCKETS
-from monitor.record_format import MAGIC, decode_headers
+from monitor.record_format import decode_headers, malformed_kind
 
 SRC_RC, SRC_RU, SRC_LEDGER = 0, 1, 2
 ISOLATION_OF = {SRC_RC: RC, SRC_RU: RU}
@@ -89,9 +88,8 @@ def _apply_reads(checker: Checker, iso: Any, part: pa.Table, topic_ids: Callable
             if ok[i]:
                 reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i]))
             else:
-                v = values[i] or b""
-                stats.malformed["malformed" if v[:2] == MAGIC else "foreign"] += 1
-                reads.append(Read(int(offsets[i]), ("x", zlib.crc32(v), len(v))))
+                stats.malformed[malformed_kind(values[i])] += 1
+                reads.append(Read(int(offsets[i]), foreign_ident(values[i])))
         if tid is not None:
             checker.apply_reads(iso, tid, int(partitions[start]), reads)
         else:

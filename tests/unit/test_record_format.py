@@ -2,6 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from invariants.model import foreign_ident, is_canary
 from monitor import record_format as rf
 
 records = st.builds(
@@ -68,3 +69,12 @@ def test_writer_id_is_stable_and_distinct():
     assert rf.writer_id_for("a") == rf.writer_id_for("a") != rf.writer_id_for("b")
     assert rf.HEADER_SIZE == 48 == rf.HEADER_DTYPE.itemsize
     assert isinstance(rf.decode_headers([])[0], np.ndarray)
+
+
+def test_values_that_are_not_canary_records_are_classified_and_identified_by_content():
+    canary_like = rf.encode(rf.CanaryRecord(1, 1, 1, 1), rf.HEADER_SIZE)[:-1]  # magic, but cut short
+    assert rf.malformed_kind(canary_like) == "malformed"
+    assert rf.malformed_kind(b"hello") == rf.malformed_kind(None) == "foreign"
+    assert not is_canary(foreign_ident(b"hello"))
+    assert foreign_ident(b"hello") == foreign_ident(b"hello") != foreign_ident(b"hellp")
+    assert foreign_ident(None) == foreign_ident(b"") != foreign_ident(b"\0")
