@@ -274,6 +274,10 @@ class Config(_Model):
     def checkpoint_dir(self) -> Path:
         return Path(self.watch.checkpoint_dir or Path(self.state_dir) / "checkpoint")
 
+    def spark_checkpoint_dir(self) -> Path:
+        """Spark's own checkpoint, next to the checker state it must stay paired with."""
+        return self.checkpoint_dir() / "spark"
+
     def evidence_path(self) -> Path:
         return Path(self.watch.evidence.path or Path(self.state_dir) / "evidence.jsonl")
 

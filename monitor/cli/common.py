@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -35,6 +37,23 @@ ConfigOption = typer.Option(
 
 def load_config(path: Optional[Path]) -> Config:
     return load(path)
+
+
+def install_stop_handlers(stop: threading.Event) -> None:
+    """Ctrl-C and SIGTERM set ``stop`` (the command then shuts down in order)."""
+    def handler(_sig: int, _frame: object) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def print_endpoints(cfg: Config) -> None:
+    """Where the watch exports its metrics and writes its evidence."""
+    if cfg.metrics.port:
+        err_console.print(f"metrics: http://{cfg.metrics.bind}:{cfg.metrics.port}/metrics   "
+                          f"evidence: {cfg.evidence_path()}")
 
 
 def print_json(obj: object, indent: int | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
 from monitor.canary.writer import CanaryWriter
-from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json
+from monitor.cli.common import ConfigOption, console, err_console, install_stop_handlers, load_config, print_json
 from monitor.config import Config, WriterConfig, parse
 from monitor.metrics import producer_metrics
 
@@ -39,14 +38,6 @@ def status_line(writer: CanaryWriter) -> str:
     outcomes = "  ".join(f"{k.value} {v}" for k, v in writer.counts.items() if k.value != "pending")
     return (f"{writer.cfg.name} inc {writer.identity.incarnation}: planned {writer.planned}  {outcomes}  "
             f"in flight {writer.in_flight}")
-
-
-def install_stop_handlers(stop: threading.Event) -> None:
-    def handler(_sig: int, _frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
 
 
 def produce(

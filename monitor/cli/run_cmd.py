@@ -17,8 +17,9 @@ from prometheus_client import CollectorRegistry
 from rich.live import Live
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
-from monitor.cli.common import ConfigOption, err_console, load_config, print_json, progress
-from monitor.cli.produce_cmd import install_stop_handlers, status_line, writer_summary
+from monitor.cli.common import (ConfigOption, err_console, install_stop_handlers, load_config, print_endpoints,
+                                print_json, progress)
+from monitor.cli.produce_cmd import status_line, writer_summary
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.metrics import producer_metrics
 from monitor.watch.runtime import WatchRuntime
@@ -62,9 +63,7 @@ def run(
         runtime.stop.set()
 
     threading.Thread(target=shutdown, name="vigil-shutdown", daemon=True).start()
-    if cfg.metrics.port:
-        err_console.print(f"metrics: http://{cfg.metrics.bind}:{cfg.metrics.port}/metrics   "
-                          f"evidence: {cfg.evidence_path()}")
+    print_endpoints(cfg)
 
     def render() -> str:
         snap = runtime.published

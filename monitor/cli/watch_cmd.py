@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from monitor.cli.common import ConfigOption, err_console, load_config, progress
+from monitor.cli.common import ConfigOption, install_stop_handlers, load_config, print_endpoints, progress
 from monitor.watch.runtime import WatchRuntime
-
-
-def install_watch_stop(runtime: WatchRuntime) -> None:
-    def handler(_sig, _frame) -> None:
-        runtime.stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, handler)
-        signal.signal(signal.SIGTERM, handler)
 
 
 def watch(
@@ -41,8 +30,6 @@ def watch(
     cfg = load_config(config)
     prepare_topics(cfg)
     runtime = WatchRuntime(cfg, progress)
-    install_watch_stop(runtime)
-    if cfg.metrics.port:
-        err_console.print(f"metrics: http://{cfg.metrics.bind}:{cfg.metrics.port}/metrics   "
-                          f"evidence: {cfg.evidence_path()}")
+    install_stop_handlers(runtime.stop)
+    print_endpoints(cfg)
     run_watch(cfg, runtime, duration, progress)

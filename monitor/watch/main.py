@@ -52,7 +52,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
     """Serve /metrics from the restored state first, then run the query until stop or ``duration``."""
     from monitor.watch import spark as spark_job  # pyspark is heavy: imported when used
 
-    if runtime.state.batch_id >= 0 and not (cfg.checkpoint_dir() / "spark" / "offsets").is_dir():
+    if runtime.state.batch_id >= 0 and not (cfg.spark_checkpoint_dir() / "offsets").is_dir():
         from monitor.watch.state import StateError
 
         raise StateError(f"{cfg.checkpoint_dir()}: checker state of batch {runtime.state.batch_id} but no Spark "

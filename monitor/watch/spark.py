@@ -130,7 +130,7 @@ def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, 
     writer = (
         union_of_sources(spark, cfg).writeStream.queryName(name)
         .foreachBatch(handler)
-        .option("checkpointLocation", str(cfg.checkpoint_dir() / "spark"))
+        .option("checkpointLocation", str(cfg.spark_checkpoint_dir()))
     )
     if available_now:
         return writer.trigger(availableNow=True).start()
