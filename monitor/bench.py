@@ -34,6 +34,7 @@ from monitor.outcomes import WriteOutcome
 
 RECORD_SIZE = 100
 CHUNK = 50_000
+_SEQ_AT = record_format.HEADER_DTYPE.fields["seq"][1]  # byte offset of the big-endian u64 seq
 
 
 @dataclass
@@ -129,7 +130,7 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
 
             def delivered(err: KafkaError | None, msg: Any, offsets: np.ndarray = offsets, first: int = first) -> None:
                 if err is None:
-                    offsets[int.from_bytes(msg.value()[16:24], "big") - first] = msg.offset()
+                    offsets[int.from_bytes(msg.value()[_SEQ_AT:_SEQ_AT + 8], "big") - first] = msg.offset()
 
             send_ts = now_us()
             for value in _values(identity.writer_id, identity.incarnation, first, n):
