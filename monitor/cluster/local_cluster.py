@@ -259,6 +259,16 @@ class LocalCluster:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=d)
         (d / "pid").write_text(str(proc.pid))
+        # Popen returns once exec has begun, a moment before the kernel shows the new command
+        # line; until then node_pid() cannot recognise the node and status() would call it
+        # stopped (seen as "node exited during start-up" right after a start).
+        deadline = time.monotonic() + 10
+        while self.node_pid(node_id) != proc.pid:
+            if proc.poll() is not None:
+                raise ClusterError(f"node {node_id} exited at once (exit {proc.returncode}); see {d / 'stdout.log'}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"node {node_id} (pid {proc.pid}) did not show its command line within 10 s")
+            time.sleep(0.01)
         return proc.pid
 
     def _signal(self, node_id: int, sig: signal.Signals) -> int:

@@ -60,6 +60,9 @@ def test_up_status_node_control_and_down(tmp_path):
         assert psutil.pid_exists(pids[2]) is False or psutil.Process(pids[2]).status() == psutil.STATUS_ZOMBIE
         new_pid = cluster.start_node(3)
         assert new_pid != pids[2]
+        # recognisable the moment start_node returns (wait_ready calls a node it cannot
+        # recognise stopped; the kernel shows a new command line a moment after exec begins)
+        assert cluster.node_pid(3) == new_pid and cluster.status().nodes[2].state == "running"
         cluster.wait_ready(60)
         cluster.restart(1)
         cluster.wait_ready(60)
