@@ -12,29 +12,97 @@ next incarnation or stop turns them ``indeterminate`` (never ``lost_write``).
 Once the next incarnation of an instance has started, entries its predecessor still writes
 are ignored: the predecessor's undecided writes and transactions were declared
 ``indeterminate`` at that point, and verdicts do not change afterwards (the instance lock
-keeps a predecessor from running on; the audit's ledger fold applies the same rule).
+keeps a predecessor from running on; the audit's ledger reading applies the same rule).
 
-:class:`LedgerFold` turns entries, in ledger order, into events for the checker. Its state is
-bounded by what is still open: pending writes (intent without outcome) and the per-writer
-numbering.
+:class:`LedgerFold` turns entries, in ledger order, into the typed events below for the
+checker and the prober. Its state is bounded by what is still open: pending writes (intent
+without outcome) and the per-writer numbering.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Union
 
-from invariants.model import TxnKey
+from invariants.ledger_format import (
+    Intent, LedgerEntry, Outcomes, Start, Stop, TxnEnd, TxnOutcome, WriteOutcome,
+)
+from invariants.model import TxnKey, WriteKey
 
-# events: ("acked_run", topic_id, partition, writer_id, inc, first_seq, count, first_offset, done_ts_us)
-#             acked writes outside transactions, run-length encoded as the ledger has them
-#         ("acked", wkey, offset, txn_key, done_ts_us)     an acked write of a transaction
-#         ("decided", wkey, txn_key)                       a transaction's write got another outcome
-#         ("intent", wkey, txn_key, ts_us)                 a transaction's intended write
-#         ("txn", txn_key, outcome)
-#         ("gap", (instance, inc), missing_count, first_missing_n)
-Event = tuple
-Interval = list  # [first_seq, end_seq, intent_ts_us, txn_key | None]
+# -- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AckedRun:
+    """Acked writes outside transactions, run-length encoded as the ledger has them."""
+
+    topic_id: str
+    partition: int
+    writer_id: int
+    inc: int
+    first_seq: int
+    count: int
+    first_offset: int
+    done_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnWriteIntended:
+    write: WriteKey
+    txn: TxnKey
+
+
+@dataclass(frozen=True, slots=True)
+class TxnWriteAcked:
+    write: WriteKey
+    offset: int
+    txn: TxnKey
+    done_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnWriteDecided:
+    """A transaction's write got an outcome other than acked (or its writer ended)."""
+
+    write: WriteKey
+    txn: TxnKey
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDecided:
+    txn: TxnKey
+    outcome: TxnOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesMissing:
+    instance: str
+    inc: int
+    first_n: int
+    count: int
+
+
+LedgerEvent = Union[AckedRun, TxnWriteIntended, TxnWriteAcked, TxnWriteDecided, TxnDecided, EntriesMissing]
+
+
+# -- the fold --------------------------------------------------------------------------------
+
+
+@dataclass
+class PendingRange:
+    """Seqs ``[first, end)`` of one partition whose intent was seen and outcome not yet."""
+
+    first: int
+    end: int
+    intent_ts_us: int
+    txn: TxnKey | None
+
+    def to_doc(self) -> list:
+        return [self.first, self.end, self.intent_ts_us, None if self.txn is None else list(self.txn)]
+
+    @classmethod
+    def from_doc(cls, d: list) -> "PendingRange":
+        return cls(d[0], d[1], d[2], None if d[3] is None else TxnKey(*d[3]))
 
 
 @dataclass
@@ -45,112 +113,153 @@ class WriterCursor:
     next_n: int = 0
     stopped: bool = False
     superseded: bool = False  # a later incarnation of the instance has started
-    pending: dict[tuple[str, int], list[Interval]] = field(default_factory=dict)  # (topic_id, p) -> intervals
+    pending: dict[tuple[str, int], list[PendingRange]] = field(default_factory=dict)  # (topic_id, p) -> ranges
     open_txns: set[TxnKey] = field(default_factory=set)
     last_ack_ts_us: int = 0
 
-    def take(self, tid: str, p: int, first: int, end: int) -> list[Interval]:
-        """Remove seqs [first, end) from the pending intervals; returns the pieces that were pending."""
+    def take(self, tid: str, p: int, first: int, end: int) -> list[PendingRange]:
+        """Remove seqs [first, end) from the pending ranges; returns the pieces that were pending."""
         kept, taken = [], []
-        for iv in self.pending.get((tid, p), []):
-            lo, hi = max(iv[0], first), min(iv[1], end)
+        for r in self.pending.get((tid, p), []):
+            lo, hi = max(r.first, first), min(r.end, end)
             if lo >= hi:
-                kept.append(iv)
+                kept.append(r)
                 continue
-            taken.append([lo, hi, iv[2], iv[3]])
-            if iv[0] < lo:
-                kept.append([iv[0], lo, iv[2], iv[3]])
-            if hi < iv[1]:
-                kept.append([hi, iv[1], iv[2], iv[3]])
+            taken.append(PendingRange(lo, hi, r.intent_ts_us, r.txn))
+            if r.first < lo:
+                kept.append(PendingRange(r.first, lo, r.intent_ts_us, r.txn))
+            if hi < r.end:
+                kept.append(PendingRange(hi, r.end, r.intent_ts_us, r.txn))
         if kept:
             self.pending[(tid, p)] = kept
         else:
             self.pending.pop((tid, p), None)
         return taken
 
+    def to_doc(self) -> dict[str, Any]:
+        return {"instance": self.instance, "writer_id": self.writer_id, "inc": self.inc, "next_n": self.next_n,
+                "stopped": self.stopped, "superseded": self.superseded,
+                "pending": [[tid, p, [r.to_doc() for r in rs]] for (tid, p), rs in self.pending.items()],
+                "open_txns": sorted(list(t) for t in self.open_txns), "last_ack_ts_us": self.last_ack_ts_us}
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> "WriterCursor":
+        return cls(d["instance"], d["writer_id"], d["inc"], d["next_n"], d["stopped"], d["superseded"],
+                   {(tid, p): [PendingRange.from_doc(r) for r in rs] for tid, p, rs in d["pending"]},
+                   {TxnKey(*t) for t in d["open_txns"]}, d["last_ack_ts_us"])
+
 
 class LedgerFold:
     def __init__(self) -> None:
         self.writers: dict[tuple[str, int], WriterCursor] = {}
 
-    def apply(self, e: dict[str, Any]) -> list[Event]:
-        key = (e["instance"], e["inc"])
+    def apply_all(self, entries: Iterable[LedgerEntry]) -> list[LedgerEvent]:
+        return [ev for e in entries for ev in self.apply(e)]
+
+    def apply(self, e: LedgerEntry) -> list[LedgerEvent]:
+        key = (e.writer.instance, e.writer.inc)
         w = self.writers.get(key)
         if w is None:
-            w = self.writers[key] = WriterCursor(e["instance"], e["writer_id"], e["inc"])
-        if e["n"] < w.next_n or w.superseded:
+            w = self.writers[key] = WriterCursor(e.writer.instance, e.writer.writer_id, e.writer.inc)
+        if e.n < w.next_n or w.superseded:
             return []  # a re-read, or a predecessor writing after its successor started
-        events: list[Event] = []
-        if e["n"] > w.next_n:
-            events.append(("gap", key, e["n"] - w.next_n, w.next_n))
-        w.next_n = e["n"] + 1
-        kind, wid, inc = e["kind"], e["writer_id"], e["inc"]
-        if kind == "start":
-            for (inst, i), other in self.writers.items():
-                if inst == e["instance"] and i < inc and not other.superseded:
+        events: list[LedgerEvent] = []
+        if e.n > w.next_n:
+            events.append(EntriesMissing(w.instance, w.inc, w.next_n, e.n - w.next_n))
+        w.next_n = e.n + 1
+        body = e.body
+        if isinstance(body, Start):
+            for (inst, inc), other in self.writers.items():
+                if inst == w.instance and inc < w.inc and not other.superseded:
                     events.extend(self._close(other))
                     other.superseded = True
-        elif kind == "intent":
-            txn = e.get("txn")
-            tkey = (wid, inc, int(txn["id"])) if txn else None
-            if tkey:
-                w.open_txns.add(tkey)
-            for p, first, count in e["writes"]:
-                w.pending.setdefault((e["topic_id"], p), []).append([first, first + count, e["ts_us"], tkey])
-                if tkey:
-                    events.extend(("intent", (e["topic_id"], p, wid, inc, s), tkey, e["ts_us"])
-                                  for s in range(first, first + count))
-        elif kind == "outcomes":
-            tid = e["topic_id"]
-            for p, first, count, outcome, first_offset, _send, done, _err in e["runs"]:
-                if outcome == "pending":
-                    continue
-                pieces = w.take(tid, p, first, first + count)
-                covered = sum(hi - lo for lo, hi, _ts, _t in pieces)
-                if covered < count:  # outcomes of writes whose intent was not seen: outside transactions
-                    pieces += [[lo, hi, 0, None] for lo, hi in _uncovered(first, first + count, pieces)]
-                if outcome == "acked":
-                    w.last_ack_ts_us = max(w.last_ack_ts_us, done)
-                for lo, hi, _ts, tkey in sorted(pieces, key=lambda iv: iv[0]):
-                    if tkey is None:
-                        if outcome == "acked":
-                            events.append(("acked_run", tid, p, wid, inc, lo, hi - lo, first_offset + lo - first, done))
-                    else:
-                        for s in range(lo, hi):
-                            wkey = (tid, p, wid, inc, s)
-                            events.append(("acked", wkey, first_offset + s - first, tkey, done) if outcome == "acked"
-                                          else ("decided", wkey, tkey))
-        elif kind == "txn":
-            tkey = (wid, inc, int(e["id"]))
+        elif isinstance(body, Intent):
+            events.extend(self._intent(w, body, e.ts_us))
+        elif isinstance(body, Outcomes):
+            events.extend(self._outcomes(w, body))
+        elif isinstance(body, TxnEnd):
+            tkey = TxnKey(w.writer_id, w.inc, body.id)
             w.open_txns.discard(tkey)
-            events.append(("txn", tkey, e["outcome"]))
-        elif kind == "stop":
+            events.append(TxnDecided(tkey, body.outcome))
+        elif isinstance(body, Stop):
             events.extend(self._close(w))
             w.stopped = True
         return events
 
     @staticmethod
-    def _close(w: WriterCursor) -> list[Event]:
-        events: list[Event] = [("decided", (tid, p, w.writer_id, w.inc, s), tkey)
-                               for (tid, p), ivs in w.pending.items() for lo, hi, _ts, tkey in ivs if tkey
-                               for s in range(lo, hi)]
-        events.extend(("txn", tkey, "indeterminate") for tkey in sorted(w.open_txns))
+    def _intent(w: WriterCursor, body: Intent, ts_us: int) -> list[LedgerEvent]:
+        tkey = TxnKey(w.writer_id, w.inc, body.txn.id) if body.txn else None
+        if tkey:
+            w.open_txns.add(tkey)
+        events: list[LedgerEvent] = []
+        for r in body.writes:
+            w.pending.setdefault((body.topic_id, r.partition), []).append(
+                PendingRange(r.first_seq, r.first_seq + r.count, ts_us, tkey))
+            if tkey:
+                events.extend(TxnWriteIntended(WriteKey(body.topic_id, r.partition, w.writer_id, w.inc, s), tkey)
+                              for s in range(r.first_seq, r.first_seq + r.count))
+        return events
+
+    @staticmethod
+    def _outcomes(w: WriterCursor, body: Outcomes) -> list[LedgerEvent]:
+        tid = body.topic_id
+        events: list[LedgerEvent] = []
+        for run in body.runs:
+            if run.outcome is WriteOutcome.PENDING:
+                continue
+            p, first, end = run.partition, run.first_seq, run.first_seq + run.count
+            pieces = w.take(tid, p, first, end)
+            covered = sum(piece.end - piece.first for piece in pieces)
+            if covered < run.count:  # outcomes of writes whose intent was not seen: outside transactions
+                pieces += [PendingRange(lo, hi, 0, None) for lo, hi in _uncovered(first, end, pieces)]
+            acked = run.outcome is WriteOutcome.ACKED
+            if acked:
+                w.last_ack_ts_us = max(w.last_ack_ts_us, run.done_ts_us)
+            for piece in sorted(pieces, key=lambda r: r.first):
+                if piece.txn is None:
+                    if acked:
+                        events.append(AckedRun(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
+                                               run.first_offset + piece.first - first, run.done_ts_us))
+                    continue
+                for s in range(piece.first, piece.end):
+                    wkey = WriteKey(tid, p, w.writer_id, w.inc, s)
+                    events.append(TxnWriteAcked(wkey, run.first_offset + s - first, piece.txn, run.done_ts_us)
+                                  if acked else TxnWriteDecided(wkey, piece.txn))
+        return events
+
+    @staticmethod
+    def _close(w: WriterCursor) -> list[LedgerEvent]:
+        events: list[LedgerEvent] = [
+            TxnWriteDecided(WriteKey(tid, p, w.writer_id, w.inc, s), r.txn)
+            for (tid, p), rs in w.pending.items() for r in rs if r.txn for s in range(r.first, r.end)]
+        events.extend(TxnDecided(tkey, TxnOutcome.INDETERMINATE) for tkey in sorted(w.open_txns))
         w.pending.clear()
         w.open_txns.clear()
         return events
 
     def oldest_pending_us(self) -> dict[tuple[str, int], int]:
         """Per running writer, the intent time of its oldest write still waiting for an outcome."""
-        return {k: min(iv[2] for ivs in w.pending.values() for iv in ivs)
+        return {k: min(r.intent_ts_us for rs in w.pending.values() for r in rs)
                 for k, w in self.writers.items() if w.pending and not w.stopped}
 
+    def to_doc(self) -> list[dict[str, Any]]:
+        return [w.to_doc() for w in self.writers.values()]
 
-def _uncovered(first: int, end: int, pieces: list[Interval]) -> list[tuple[int, int]]:
+    @classmethod
+    def from_doc(cls, doc: list[dict[str, Any]]) -> "LedgerFold":
+        fold = cls()
+        for d in doc:
+            w = WriterCursor.from_doc(d)
+            fold.writers[(w.instance, w.inc)] = w
+        return fold
+
+
+def _uncovered(first: int, end: int, pieces: list[PendingRange]) -> list[tuple[int, int]]:
     out, at = [], first
-    for lo, hi, _ts, _t in sorted(pieces, key=lambda iv: iv[0]):
-        if lo > at:
-            out.append((at, lo))
-        at = max(at, hi)
+    for r in sorted(pieces, key=lambda r: r.first):
+        if r.first > at:
+            out.append((at, r.first))
+        at = max(at, r.end)
     if at < end:
         out.append((at, end))
     return out

@@ -35,7 +35,10 @@ outcome (S7 of the chaos matrix).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Any, Hashable
+
+from invariants.catalog import Invariant, Isolation
+from invariants.model import NONE, RC, RU, Violation
 
 
 @dataclass
@@ -84,3 +87,82 @@ def poll_stuck(prev: PollProgress, position: int, available_end: int) -> bool:
 def lso_stuck(prev_lso: int, lso: int, high_watermark: int) -> bool:
     """The LSO has not moved while there is data beyond it."""
     return lso <= prev_lso and high_watermark > lso
+
+
+class LivenessJudge:
+    """The liveness verdicts over what the prober observes (the prober itself only observes).
+
+    Episode keys: ``(isolation, partition)`` for ``stalled_poll``, ``partition`` for
+    ``lso_stuck``, ``(instance, incarnation)`` for ``producer_stalled``.
+    """
+
+    def __init__(self, stall_s: float, lso_s: float, producer_s: float) -> None:
+        self.stall_s, self.lso_s, self.producer_s = stall_s, lso_s, producer_s
+        self.stalls = StallTracker(stall_s)
+        self.lso_episodes = StallTracker(lso_s)
+        self.producers = StallTracker(0.0)
+        self.prev: dict[tuple[Isolation, int], PollProgress] = {}
+        self.prev_lso: dict[int, int] = {}
+
+    def forget_positions(self) -> None:
+        """The readers were reassigned (a new topic ID): earlier positions mean nothing."""
+        self.prev.clear()
+
+    def poll(self, iso: Isolation, topic_id: str, p: int, position: int, available_end: int,
+             now: float) -> list[Violation]:
+        """One reader's position on one partition (-1: none yet) and the end available to it."""
+        key = (iso, p)
+        prev = self.prev.get(key)
+        if position < 0:  # no position yet (nothing fetched since the assignment at the end)
+            position = prev.position if prev else available_end
+        out = []
+        # the first observation after a start says nothing (an episode counted before a restart
+        # stays open until a real observation ends it)
+        if prev is not None and self.stalls.observe(key, poll_stuck(prev, position, available_end), now):
+            out.append(Violation(Invariant.STALLED_POLL, iso, topic_id, p, (position, available_end),
+                                 detail=f"position {position}, records available up to {available_end}, no "
+                                        f"progress for {self.stall_s:.0f} s"))
+        self.prev[key] = PollProgress(position, available_end)
+        return out
+
+    def lso(self, topic_id: str, p: int, lso: int, high_watermark: int, now: float) -> list[Violation]:
+        prev_lso = self.prev_lso.get(p)
+        out = []
+        observed = prev_lso is not None and lso >= 0
+        if observed and self.lso_episodes.observe(p, lso_stuck(prev_lso, lso, high_watermark), now):
+            out.append(Violation(Invariant.LSO_STUCK, RC, topic_id, p, (lso, high_watermark),
+                                 detail=f"LSO {lso} frozen below high watermark {high_watermark}"))
+        if lso >= 0:
+            self.prev_lso[p] = lso
+        return out
+
+    def producer(self, instance: str, writer: tuple[int, int], oldest_pending_us: int | None,
+                 now: float) -> list[Violation]:
+        """One writer: the intent time of its oldest write still waiting for an outcome."""
+        stuck = oldest_pending_us is not None and now - oldest_pending_us / 1e6 > self.producer_s
+        if self.producers.observe((instance, writer[1]), stuck, now):
+            return [Violation(Invariant.PRODUCER_STALLED, NONE, writer=writer,
+                              detail=f"{instance}: a write waiting for its outcome for more than "
+                                     f"{self.producer_s:.0f} s")]
+        return []
+
+    def open_counts(self) -> dict[tuple[Invariant, Isolation], int]:
+        stalls = self.stalls.open_episodes()
+        return {
+            (Invariant.STALLED_POLL, RC): sum(1 for k in stalls if k[0] is RC),
+            (Invariant.STALLED_POLL, RU): sum(1 for k in stalls if k[0] is RU),
+            (Invariant.LSO_STUCK, RC): len(self.lso_episodes.open_episodes()),
+            (Invariant.PRODUCER_STALLED, NONE): len(self.producers.open_episodes()),
+        }
+
+    def open_doc(self) -> dict[str, Any]:
+        """The counted, still open episodes, as the watch saves them."""
+        return {"stalls": sorted([k[0].value, k[1]] for k in self.stalls.open_episodes()),
+                "lso": sorted(self.lso_episodes.open_episodes()),
+                "producers": sorted(list(k) for k in self.producers.open_episodes())}
+
+    def prime(self, doc: dict[str, Any], now: float) -> None:
+        """Episodes counted before a restart (from :meth:`open_doc`) are not counted again."""
+        self.stalls.prime({(Isolation(iso), p) for iso, p in doc.get("stalls", ())}, now)
+        self.lso_episodes.prime(set(doc.get("lso", ())), now)
+        self.producers.prime({(inst, inc) for inst, inc in doc.get("producers", ())}, now)

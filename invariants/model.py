@@ -1,16 +1,18 @@
-"""Shared vocabulary of the checkers: what a read, a write key and a violation look like.
+"""Shared vocabulary of the checkers: reads, write keys, transaction keys, violations, settings.
 
 Plain tuples and frozen dataclasses, no I/O. A record read by a reader is identified by its
 ``ident``: ``(writer_id, incarnation, seq)`` for a canary record, ``("x", crc32, length)``
-(:func:`foreign_ident`) for a foreign or malformed one (so two different records at one offset can still be told apart).
+(:func:`foreign_ident`) for a foreign or malformed one (so two different records at one offset
+can still be told apart).
 """
 
 from __future__ import annotations
 
 import enum
 import zlib
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from invariants.catalog import Invariant, Isolation
 
@@ -18,8 +20,45 @@ RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.N
 READERS = (RC, RU)
 
 Ident = tuple  # (writer_id, inc, seq) or ("x", crc32, length)
-WriteKey = tuple[str, int, int, int, int]  # topic_id, partition, writer_id, inc, seq
-TxnKey = tuple[int, int, int]  # writer_id, inc, txn_id
+
+
+class WriteKey(NamedTuple):
+    """One write: a seq of one writer incarnation on one partition of one topic ID."""
+
+    topic_id: str
+    partition: int
+    writer_id: int
+    inc: int
+    seq: int
+
+    @property
+    def ident(self) -> Ident:
+        return (self.writer_id, self.inc, self.seq)
+
+    @property
+    def part(self) -> tuple[str, int]:
+        return (self.topic_id, self.partition)
+
+
+class TxnKey(NamedTuple):
+    writer_id: int
+    inc: int
+    txn_id: int
+
+
+class ViewKey(NamedTuple):
+    """One reader's view of one partition."""
+
+    iso: Isolation
+    topic_id: str
+    partition: int
+
+    def to_doc(self) -> list:
+        return [self.iso.value, self.topic_id, self.partition]
+
+    @classmethod
+    def from_doc(cls, d: list) -> "ViewKey":
+        return cls(Isolation(d[0]), d[1], d[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +123,23 @@ class Violation:
             "incarnation": None if self.writer is None else self.writer[1], "seq": self.seq,
             "txn_id": self.txn_id, "detail": self.detail,
         }
+
+
+class ViolationSink:
+    """Where the families report: counts per (invariant, isolation) and the new violations."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[Invariant, Isolation]] = Counter()
+        self.new: list[Violation] = []
+
+    def add(self, v: Violation) -> None:
+        self.counts[(v.invariant, v.isolation)] += 1
+        self.new.append(v)
+
+    def extend(self, vs: list[Violation]) -> None:
+        for v in vs:
+            self.add(v)
+
+    def take(self) -> list[Violation]:
+        out, self.new = self.new, []
+        return out

@@ -32,36 +32,192 @@ are forgotten once judged and read past.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from invariants.model import TxnKey, WriteKey
+from invariants.accounting import TxnDecided, TxnWriteAcked
+from invariants.catalog import Invariant
+from invariants.ledger_format import TxnOutcome
+from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
+from invariants.read_index import PartitionView
+
+DECIDED_FOR_PARTIAL = (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE)
 
 
 @dataclass
 class TxnTrack:
     key: TxnKey
     writes: set[WriteKey] = field(default_factory=set)  # intended (from intents)
-    outcome: str = "pending"  # pending | committed | aborted | indeterminate
+    outcome: TxnOutcome = TxnOutcome.PENDING
     undecided_writes: int = 0
     acked: dict[WriteKey, int] = field(default_factory=dict)
     rc_reads: dict[WriteKey, int] = field(default_factory=dict)  # write -> lowest offset read
     aborted_counted: set[WriteKey] = field(default_factory=set)
     ru_reads: set[WriteKey] = field(default_factory=set)
     judged: bool = False
-    decided_at: dict | None = None  # (isolation, topic_id, partition) -> reader frontier when first seen decided
+    decided_at: dict[ViewKey, int] | None = None  # reader frontier per view when first seen decided
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}
-        for (tid, p, *_), off in self.acked.items():
-            top[(tid, p)] = max(off, top.get((tid, p), -1))
+        for w, off in self.acked.items():
+            top[w.part] = max(off, top.get(w.part, -1))
         return top
 
     def ready(self) -> bool:
-        return (not self.judged and self.outcome in ("committed", "indeterminate")
+        return (not self.judged and self.outcome in DECIDED_FOR_PARTIAL
                 and self.undecided_writes == 0 and bool(self.acked))
 
+    def write_decided(self, wkey: WriteKey) -> None:
+        if wkey in self.writes and self.undecided_writes > 0 and wkey not in self.acked:
+            self.undecided_writes -= 1
 
-def partial_verdict(intended: int, visible: int, outcome: str) -> bool:
+    def to_doc(self) -> dict[str, Any]:
+        return {"key": list(self.key), "writes": [list(w) for w in self.writes], "outcome": self.outcome.value,
+                "undecided_writes": self.undecided_writes, "acked": [[*w, o] for w, o in self.acked.items()],
+                "rc_reads": [[*w, o] for w, o in self.rc_reads.items()],
+                "aborted_counted": [list(w) for w in self.aborted_counted],
+                "ru_reads": [list(w) for w in self.ru_reads], "judged": self.judged,
+                "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
+                                                                    for k, f in self.decided_at.items()]}
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> "TxnTrack":
+        return cls(TxnKey(*d["key"]), {WriteKey(*w) for w in d["writes"]}, TxnOutcome(d["outcome"]),
+                   d["undecided_writes"], {WriteKey(*w): o for *w, o in d["acked"]},
+                   {WriteKey(*w): o for *w, o in d["rc_reads"]}, {WriteKey(*w) for w in d["aborted_counted"]},
+                   {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
+                   None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]})
+
+
+def partial_verdict(intended: int, visible: int, outcome: TxnOutcome) -> bool:
     """Whether a decided transaction is torn, given how many of its records were visible."""
-    if outcome not in ("committed", "indeterminate"):
+    if outcome not in DECIDED_FOR_PARTIAL:
         return False
     return 0 < visible < intended
+
+
+class TransactionsFamily:
+    def __init__(self, horizon: int) -> None:
+        self.horizon = horizon
+        self.txns: dict[TxnKey, TxnTrack] = {}
+        self.judge_queue: set[TxnKey] = set()
+        self.aborted_allowed = 0
+
+    def track(self, tkey: TxnKey) -> TxnTrack:
+        t = self.txns.get(tkey)
+        if t is None:
+            t = self.txns[tkey] = TxnTrack(tkey)
+        return t
+
+    # -- ledger events ---------------------------------------------------------------------
+
+    def on_intended(self, wkey: WriteKey, tkey: TxnKey) -> None:
+        t = self.track(tkey)
+        t.writes.add(wkey)
+        t.undecided_writes += 1
+
+    def on_acked(self, ev: TxnWriteAcked) -> bool:
+        """A write of the transaction was acked; True when read_committed must expect it now."""
+        t = self.track(ev.txn)
+        t.write_decided(ev.write)
+        t.acked[ev.write] = ev.offset
+        self.judge_queue.add(ev.txn)
+        return t.outcome is TxnOutcome.COMMITTED
+
+    def on_write_decided(self, wkey: WriteKey, tkey: TxnKey) -> None:
+        self.track(tkey).write_decided(wkey)
+        self.judge_queue.add(tkey)
+
+    def on_decided(self, ev: TxnDecided) -> tuple[list[tuple[WriteKey, int]], list[Violation]]:
+        """The transaction's outcome: the writes read_committed must now expect, and the aborted
+        reads that were waiting for it."""
+        t = self.track(ev.txn)
+        if t.outcome is not TxnOutcome.PENDING:
+            return [], []
+        t.outcome = ev.outcome
+        self.judge_queue.add(ev.txn)
+        if ev.outcome is TxnOutcome.COMMITTED:
+            return list(t.acked.items()), []
+        if ev.outcome is TxnOutcome.ABORTED:
+            self.aborted_allowed += len(t.ru_reads)
+            return [], [v for wkey, off in sorted(t.rc_reads.items(), key=lambda kv: kv[1])
+                        for v in self._aborted_read(t, wkey, off)]
+        return [], []
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def on_read(self, iso: Isolation, tkey: TxnKey, wkey: WriteKey, off: int) -> list[Violation]:
+        t = self.track(tkey)
+        if iso is RC:
+            if wkey not in t.rc_reads:
+                t.rc_reads[wkey] = off
+                if t.outcome is TxnOutcome.ABORTED:
+                    return self._aborted_read(t, wkey, off)
+        elif wkey not in t.ru_reads:
+            t.ru_reads.add(wkey)
+            if t.outcome is TxnOutcome.ABORTED:
+                self.aborted_allowed += 1
+        return []
+
+    @staticmethod
+    def _aborted_read(t: TxnTrack, wkey: WriteKey, off: int) -> list[Violation]:
+        if wkey in t.aborted_counted:
+            return []
+        t.aborted_counted.add(wkey)
+        return [Violation(Invariant.ABORTED_READ, RC, wkey.topic_id, wkey.partition, (off,),
+                          (wkey.writer_id, wkey.inc), wkey.seq, txn_id=t.key.txn_id)]
+
+    # -- judging ---------------------------------------------------------------------------
+
+    def judge(self, view: Callable[[Isolation, str, int], PartitionView]) -> list[Violation]:
+        out: list[Violation] = []
+        for tkey in sorted(self.judge_queue):
+            t = self.txns.get(tkey)
+            if t is None:
+                self.judge_queue.discard(tkey)
+                continue
+            if t.outcome is TxnOutcome.PENDING or t.undecided_writes:
+                continue
+            tops = t.max_acked()
+            rc_past = all(view(RC, tid, p).frontier > top for (tid, p), top in tops.items())
+            if t.ready() and rc_past:
+                visible = sum(1 for w, off in t.rc_reads.items() if off <= tops.get(w.part, -1))
+                if partial_verdict(len(t.writes), visible, t.outcome):
+                    tid, p = min(tops)
+                    out.append(Violation(Invariant.PARTIAL_TXN, RC, tid, p, tuple(sorted(tops.values())),
+                                         (tkey.writer_id, tkey.inc), txn_id=tkey.txn_id,
+                                         detail=f"{visible} of {len(t.writes)} records visible"))
+                t.judged = True
+            if t.outcome is TxnOutcome.ABORTED:
+                # Its records may still be read (writes that timed out can have landed): kept until
+                # both readers are a horizon past everything known of it (then it is the audit's).
+                if self._past_horizon(t, view):
+                    self.judge_queue.discard(tkey)
+                    del self.txns[tkey]
+            elif rc_past and all(view(RU, tid, p).frontier > top for (tid, p), top in tops.items()):
+                self.judge_queue.discard(tkey)
+                del self.txns[tkey]
+        return out
+
+    def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:
+        parts = {w.part for w in t.writes} | {w.part for w in t.acked}
+        known = {part: -1 for part in parts}
+        for w, off in [*t.acked.items(), *t.rc_reads.items()]:
+            known[w.part] = max(known.get(w.part, -1), off)
+        if t.decided_at is None:
+            t.decided_at = {ViewKey(iso, *part): view(iso, *part).frontier for part in parts for iso in (RC, RU)}
+        return all(view(iso, *part).frontier > max(known.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
+                   + self.horizon for part in known for iso in (RC, RU))
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"aborted_allowed": self.aborted_allowed, "txns": [t.to_doc() for t in self.txns.values()],
+                "judge_queue": sorted(list(k) for k in self.judge_queue)}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any], horizon: int) -> "TransactionsFamily":
+        fam = cls(horizon)
+        fam.aborted_allowed = doc["aborted_allowed"]
+        for d in doc["txns"]:
+            t = TxnTrack.from_doc(d)
+            fam.txns[t.key] = t
+        fam.judge_queue = {TxnKey(*k) for k in doc["judge_queue"]}
+        return fam

@@ -25,12 +25,12 @@ import numpy as np
 import psutil
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
-from monitor import clients, record_format
+from invariants.ledger_format import Intent, OutcomeRun, Outcomes, Start, Stop, WriteOutcome, WriteRange, WriterSettings
+from monitor import client_config, clients, record_format
 from monitor.canary.runner import open_ledger, prepare_topics
 from monitor.config import Config
 from monitor.identity import claim
 from monitor.ledger import now_us
-from monitor.outcomes import WriteOutcome
 
 RECORD_SIZE = 100
 CHUNK = 50_000
@@ -99,9 +99,8 @@ def _values(writer_id: int, inc: int, first_seq: int, count: int) -> list[bytes]
 
 def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     """Fill the canary topic up to ``records`` honest canary records (with their ledger)."""
-    bootstrap = clients.canary_bootstrap(cfg)
     info = prepare_topics(cfg).canary
-    probe = clients.consumer(cfg.kafka, bootstrap, "read_uncommitted", group="vigil-bench")
+    probe = clients.consumer(cfg, "read_uncommitted", group="vigil-bench")
     have = sum(probe.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[1]
                for p in range(info.partitions))
     probe.close()
@@ -111,13 +110,9 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     identity = claim(cfg.state_dir, f"{cfg.resolved_instance_id()}-bench")
     try:
         ledger = open_ledger(cfg, identity)
-        ledger.append("start", {"topic": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
-                                "writer": {"bench": True}}, sync=True)
-        conf = cfg.kafka.librdkafka(bootstrap)
-        conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 20, "batch.size": 1 << 20,
-                     "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20,
-                     "compression.type": "lz4"})
-        producer = Producer(conf)
+        ledger.append(Start(info.name, info.topic_id, info.partitions, WriterSettings(name="bench", role="bench")),
+                      sync=True)
+        producer = Producer(client_config.bench_producer(cfg))
         seq = [0] * info.partitions
         written, started = have, time.monotonic()
         while written < records:
@@ -125,7 +120,7 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
             n = min(CHUNK, records - written)
             first = seq[p]
             seq[p] += n
-            ledger.append("intent", {"topic_id": info.topic_id, "writes": [[p, first, n]], "txn": None}, sync=True)
+            ledger.append(Intent(info.topic_id, (WriteRange(p, first, n),)), sync=True)
             offsets = np.full(n, -1, dtype=np.int64)
 
             def delivered(err: KafkaError | None, msg: Any, offsets: np.ndarray = offsets, first: int = first) -> None:
@@ -141,18 +136,18 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
                     except BufferError:
                         producer.poll(0.05)
             producer.flush()
-            ledger.append("outcomes", {"topic_id": info.topic_id, "runs": _runs(p, first, offsets, send_ts)})
+            ledger.append(Outcomes(info.topic_id, _runs(p, first, offsets, send_ts)))
             written += n
             progress(f"prefill: {written}/{records} records ({(written - have) / (time.monotonic() - started):,.0f}/s)")
-        ledger.append("stop", {}, sync=True)
+        ledger.append(Stop(), sync=True)
         ledger.sync()
         return written
     finally:
         identity.release()
 
 
-def _runs(p: int, first: int, offsets: np.ndarray, ts: int) -> list[list[Any]]:
-    runs: list[list[Any]] = []
+def _runs(p: int, first: int, offsets: np.ndarray, ts: int) -> tuple[OutcomeRun, ...]:
+    runs: list[OutcomeRun] = []
     done = now_us()
     i = 0
     while i < len(offsets):
@@ -160,21 +155,20 @@ def _runs(p: int, first: int, offsets: np.ndarray, ts: int) -> list[list[Any]]:
         if offsets[i] < 0:
             while j < len(offsets) and offsets[j] < 0:
                 j += 1
-            runs.append([p, first + i, j - i, WriteOutcome.INDETERMINATE.value, -1, ts, done, "no delivery report"])
+            runs.append(OutcomeRun(p, first + i, j - i, WriteOutcome.INDETERMINATE, -1, ts, done, "no delivery report"))
         else:
             while j < len(offsets) and offsets[j] == offsets[j - 1] + 1:
                 j += 1
-            runs.append([p, first + i, j - i, WriteOutcome.ACKED.value, int(offsets[i]), ts, done, None])
+            runs.append(OutcomeRun(p, first + i, j - i, WriteOutcome.ACKED, int(offsets[i]), ts, done))
         i = j
-    return runs
+    return tuple(runs)
 
 
 def bare_consumer(cfg: Config, partitions: int) -> int:
     """Read every partition once per isolation level; returns records read."""
     total = 0
     for iso in ("read_committed", "read_uncommitted"):
-        c = clients.consumer(cfg.kafka, clients.canary_bootstrap(cfg), iso, group="vigil-bench",
-                             **{"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
+        c = clients.consumer(cfg, iso, group="vigil-bench", profile="bulk")
         c.assign([TopicPartition(cfg.canary.name, p, 0) for p in range(partitions)])
         eof: set[int] = set()
         while len(eof) < partitions:

@@ -1,19 +1,23 @@
-"""The Kafka boundary: the few client calls Vigil uses, as protocols, and their factories.
+"""The Kafka boundary: the few client calls Vigil uses, as protocols, their factories, and the
+topic helpers.
 
 Unit tests hand fakes that satisfy these protocols to the canary and ledger code; everything
-else gets real confluent-kafka clients from the factories below, configured from
+else gets real confluent-kafka clients, configured by :mod:`monitor.client_config` from
 :class:`monitor.config.Config` (security settings included).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from monitor.config import Config, KafkaConfig, WriterConfig
+from invariants.errors import VigilError
+from monitor import client_config
+from monitor.config import Config
 
 
 class ProducerLike(Protocol):
@@ -37,76 +41,19 @@ class TransactionalProducerLike(ProducerLike, Protocol):
     def abort_transaction(self, timeout: float = ...) -> None: ...
 
 
-class ClientError(Exception):
+class ClientError(VigilError):
     pass
 
 
-def canary_bootstrap(config: Config) -> str:
-    if config.kafka.bootstrap_servers:
-        return config.kafka.bootstrap_servers
-    from monitor.cluster.layout import ClusterLayout
-
-    return ClusterLayout(config.cluster, proxied=True).bootstrap_servers
+def admin(config: Config, ledger: bool = False) -> AdminClient:
+    """An admin client for the canary cluster (or the ledger's)."""
+    return AdminClient(client_config.admin(config, ledger))
 
 
-def ledger_bootstrap(config: Config) -> str:
-    if config.ledger.kafka is not None and config.ledger.kafka.bootstrap_servers:
-        return config.ledger.kafka.bootstrap_servers
-    return canary_bootstrap(config)
-
-
-def admin(kafka: KafkaConfig, bootstrap: str) -> AdminClient:
-    return AdminClient(kafka.librdkafka(bootstrap))
-
-
-def canary_producer_config(config: Config, writer: WriterConfig, instance_id: str,
-                           error_cb: Callable[[Any], None] | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = config.kafka.librdkafka(canary_bootstrap(config))
-    conf.update({
-        "client.id": f"vigil-{instance_id}",
-        "acks": writer.acks,
-        "enable.idempotence": writer.idempotence,
-        "linger.ms": writer.linger_ms,
-        "message.timeout.ms": writer.message_timeout_ms,
-        "request.timeout.ms": writer.request_timeout_ms,
-        # Never let the client pick partitions: the writer chooses each one.
-        "partitioner": "consistent_random",
-    })
-    if writer.transactional:
-        conf["transactional.id"] = f"vigil-{instance_id}"
-        conf["transaction.timeout.ms"] = writer.transaction.timeout_ms
-    if error_cb is not None:
-        conf["error_cb"] = error_cb
-    conf.update(writer.client_overrides)
-    return conf
-
-
-def ledger_producer_config(config: Config, instance_id: str) -> dict[str, Any]:
-    conf: dict[str, Any] = config.ledger_kafka().librdkafka(ledger_bootstrap(config))
-    conf.update({
-        "client.id": f"vigil-ledger-{instance_id}",
-        "acks": "all",
-        "enable.idempotence": True,
-        # Never give up on a ledger entry: a writer whose ledger is unavailable stalls
-        # (and shows as producer_stalled) instead of writing records nobody accounts for.
-        "message.timeout.ms": 0,
-        "linger.ms": 2,
-    })
-    return conf
-
-
-def consumer(kafka: KafkaConfig, bootstrap: str, isolation: str, group: str | None = None,
-             **extra: Any) -> Consumer:
-    conf: dict[str, Any] = kafka.librdkafka(bootstrap)
-    conf.update({
-        "group.id": group or "vigil-reader",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-    })
-    conf.update(extra)
-    return Consumer(conf)
+def consumer(config: Config, isolation: str, group: str, ledger: bool = False,
+             profile: client_config.Profile = "default") -> Consumer:
+    """An ``assign()`` reader of the canary cluster (or the ledger's); see :mod:`monitor.client_config`."""
+    return Consumer(client_config.consumer(config, isolation, group, ledger, profile))
 
 
 @dataclass(frozen=True)
@@ -148,8 +95,6 @@ def ensure_topic(client: AdminClient, name: str, partitions: int, replication_fa
         err = exc.args[0]
         if err.name() != "TOPIC_ALREADY_EXISTS":
             raise ClientError(f"cannot create topic {name!r}: {err.str()}") from None
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         info = describe_topic(client, name, timeout)

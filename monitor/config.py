@@ -17,12 +17,13 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from invariants.errors import VigilError
 from invariants.model import Settings
 
 ClientValue = Union[str, int, float, bool]
 
 
-class ConfigError(Exception):
+class ConfigError(VigilError):
     """A configuration problem, with the offending key path in the message."""
 
 
@@ -106,6 +107,11 @@ class ClusterConfig(_Model):
         default_factory=dict, description="extra server.properties entries for every node")
     start_timeout_s: float = Field(60.0, gt=0, description="how long `cluster up` waits for readiness")
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """Where clients reach the local cluster (each node's client listener, direct)."""
+        return ",".join(f"{self.host}:{self.client_port_base + i}" for i in range(self.nodes))
+
     @model_validator(mode="after")
     def _ports_disjoint(self) -> "ClusterConfig":
         client = set(range(self.client_port_base, self.client_port_base + self.nodes))
@@ -187,6 +193,29 @@ class WriterConfig(_Model):
         if self.transactional and not self.idempotence:
             raise ValueError("transactional requires idempotence")
         return self
+
+    def with_overrides(self, **overrides: Any) -> "WriterConfig":
+        """This writer with some settings replaced (``None`` = keep). ``abort_ratio`` and
+        ``txn_size`` set the transaction's; asking for acks other than ``all`` without saying
+        anything about idempotence turns idempotence (and transactions) off, since Kafka allows
+        idempotence only with acks=all. Errors name the setting, as for a config file."""
+        data = self.model_dump()
+        txn = dict(data["transaction"])
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if key in ("abort_ratio", "txn_size"):
+                txn["abort_ratio" if key == "abort_ratio" else "size"] = value
+            else:
+                data[key] = value
+        data["transaction"] = txn
+        if overrides.get("acks") not in (None, "all") and overrides.get("idempotence") is None:
+            data["idempotence"] = False
+            data["transactional"] = False
+        try:
+            return WriterConfig.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_errors(exc, f"writer {self.name!r} with the command line options")) from None
 
 
 class MetricsConfig(_Model):
@@ -270,6 +299,15 @@ class Config(_Model):
 
     def ledger_kafka(self) -> KafkaConfig:
         return self.ledger.kafka or self.kafka
+
+    def canary_bootstrap(self) -> str:
+        """The canary cluster's bootstrap servers (the embedded local cluster when none is set)."""
+        return self.kafka.bootstrap_servers or self.cluster.bootstrap_servers
+
+    def ledger_bootstrap(self) -> str:
+        if self.ledger.kafka is not None and self.ledger.kafka.bootstrap_servers:
+            return self.ledger.kafka.bootstrap_servers
+        return self.canary_bootstrap()
 
     def checkpoint_dir(self) -> Path:
         return Path(self.watch.checkpoint_dir or Path(self.state_dir) / "checkpoint")

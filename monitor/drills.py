@@ -10,22 +10,25 @@ was injected.
 
 from __future__ import annotations
 
+from invariants.errors import VigilError
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from confluent_kafka import Producer
 
-from monitor import clients, record_format
+from invariants.ledger_format import (
+    Intent, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterSettings,
+)
+from monitor import client_config, clients, record_format
 from monitor.canary.runner import Topics, open_ledger
 from monitor.config import Config
 from monitor.drill_table import DRILL_KINDS, expected_counts
 from monitor.identity import WriterIdentity, claim
 from monitor.ledger import LedgerWriter, now_us
-from monitor.outcomes import WriteOutcome
 
 
-class DrillError(Exception):
+class DrillError(VigilError):
     pass
 
 
@@ -62,21 +65,16 @@ class _Drill:
         self.identity = identity
         self.ledger = ledger
         self.next_seq = 0
-        self.bootstrap = clients.canary_bootstrap(config)
         self.producer = self.new_producer(idempotent=kind != "duplicate")
         self.report = DrillReport(kind, self.topic.name, self.topic.topic_id, partition, identity.instance_id,
                                   identity.writer_id, identity.incarnation, 0)
-        self.ledger.append("start", {"topic": self.topic.name, "topic_id": self.topic.topic_id,
-                                     "partitions": self.topic.partitions, "writer": {"drill": kind}}, sync=True)
+        self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions,
+                                 WriterSettings(name=kind, role="drill")), sync=True)
 
     def new_producer(self, idempotent: bool = True, transactional_id: str | None = None,
                      txn_timeout_ms: int = 60000) -> Producer:
-        conf: dict[str, Any] = self.config.kafka.librdkafka(self.bootstrap)
-        conf.update({"acks": "all", "enable.idempotence": idempotent, "linger.ms": 0,
-                     "client.id": f"vigil-{self.identity.instance_id}"})
-        if transactional_id:
-            conf.update({"transactional.id": transactional_id, "transaction.timeout.ms": txn_timeout_ms})
-        return Producer(conf)
+        return Producer(client_config.drill_producer(self.config, self.identity.instance_id, idempotent,
+                                                     transactional_id, txn_timeout_ms))
 
     def seqs(self, n: int) -> list[int]:
         first = self.next_seq
@@ -103,16 +101,15 @@ class _Drill:
             raise DrillError(f"drill write failed: {result.get('err', 'no delivery report')}")
         return int(result["offset"])
 
-    def intent(self, seqs: list[int], txn: dict | None = None, partition: int | None = None) -> None:
+    def intent(self, seqs: list[int], txn: TxnInfo | None = None, partition: int | None = None) -> None:
         p = self.partition if partition is None else partition
-        self.ledger.append("intent", {"topic_id": self.topic.topic_id,
-                                      "writes": [[p, s, 1] for s in seqs], "txn": txn}, sync=True)
+        self.ledger.append(Intent(self.topic.topic_id, tuple(WriteRange(p, s, 1) for s in seqs), txn), sync=True)
 
     def outcomes(self, results: list[tuple[int, WriteOutcome, int]], partition: int | None = None) -> None:
         p = self.partition if partition is None else partition
         ts = now_us()
-        runs = [[p, seq, 1, outcome.value, offset, ts, ts, None] for seq, outcome, offset in results]
-        self.ledger.append("outcomes", {"topic_id": self.topic.topic_id, "runs": runs}, sync=True)
+        runs = tuple(OutcomeRun(p, seq, 1, outcome, offset, ts, ts) for seq, outcome, offset in results)
+        self.ledger.append(Outcomes(self.topic.topic_id, runs), sync=True)
 
     def ensure_offset_zero_taken(self) -> None:
         """Make sure offset 0 of the partition holds a record (an honest spacer if needed)."""
@@ -121,7 +118,7 @@ class _Drill:
             self.cover()
 
     def watermarks(self, partition: int) -> tuple[int, int]:
-        consumer = clients.consumer(self.config.kafka, self.bootstrap, "read_uncommitted", group="vigil-drill")
+        consumer = clients.consumer(self.config, "read_uncommitted", group="vigil-drill")
         try:
             from confluent_kafka import TopicPartition
 
@@ -138,7 +135,7 @@ class _Drill:
         return seq, offset
 
     def finish(self) -> DrillReport:
-        self.ledger.append("stop", {}, sync=True)
+        self.ledger.append(Stop(), sync=True)
         return self.report
 
 
@@ -211,13 +208,13 @@ def _aborted_read(d: _Drill, count: int) -> None:
     producer = _transactional_producer(d, "t")
     seqs = d.seqs(count)
     txn_id = 1
-    d.intent(seqs, {"id": txn_id, "size": count, "abort": True})
+    d.intent(seqs, TxnInfo(txn_id, count, True))
     producer.begin_transaction()
     flags = record_format.FLAG_TRANSACTIONAL | record_format.FLAG_INTENDED_ABORT
     offsets = [d.write(d.record(s, flags, txn_id, count, i), producer) for i, s in enumerate(seqs)]
     producer.commit_transaction(30)
     d.outcomes([(s, WriteOutcome.ACKED, o) for s, o in zip(seqs, offsets)])
-    d.ledger.append("txn", {"id": txn_id, "outcome": "aborted", "error": None}, sync=True)
+    d.ledger.append(TxnEnd(txn_id, TxnOutcome.ABORTED), sync=True)
     d.report.injected.append({"txn_id": txn_id, "seqs": seqs, "offsets": offsets, "really": "committed",
                               "recorded": "aborted"})
 
@@ -227,19 +224,19 @@ def _partial_txn(d: _Drill, count: int) -> None:
     flags = record_format.FLAG_TRANSACTIONAL
     for txn_id in range(1, count + 1):
         written, phantom = d.seqs(2)
-        d.intent([written, phantom], {"id": txn_id, "size": 2, "abort": False})
+        d.intent([written, phantom], TxnInfo(txn_id, 2, False))
         producer.begin_transaction()
         offset = d.write(d.record(written, flags, txn_id, 2, 0), producer)
         producer.commit_transaction(30)
         d.outcomes([(written, WriteOutcome.ACKED, offset), (phantom, WriteOutcome.INDETERMINATE, -1)])
-        d.ledger.append("txn", {"id": txn_id, "outcome": "committed", "error": None}, sync=True)
+        d.ledger.append(TxnEnd(txn_id, TxnOutcome.COMMITTED), sync=True)
         d.report.injected.append({"txn_id": txn_id, "written": {"seq": written, "offset": offset},
                                   "missing_seq": phantom})
 
 
 def _outcome_gap(d: _Drill, count: int) -> None:
     first_missing = d.ledger.next_n
-    d.ledger.append("stop", {}, sync=True, skip=count)
+    d.ledger.append(Stop(), sync=True, skip=count)
     d.report.injected.append({"missing_entries": list(range(first_missing, first_missing + count))})
 
 
@@ -253,7 +250,7 @@ def _lso_stuck(d: _Drill, count: int, hold_s: float, progress: Callable[[str], N
         producer = _transactional_producer(d, f"p{partition}", int(hold_s * 1000) + 60000)
         (seq,) = d.seqs(1)
         txn_id = i + 1
-        d.intent([seq], {"id": txn_id, "size": 1, "abort": True}, partition)
+        d.intent([seq], TxnInfo(txn_id, 1, True), partition)
         producer.begin_transaction()
         offset = d.write(d.record(seq, flags, txn_id, 1, 0), producer, partition)
         d.outcomes([(seq, WriteOutcome.ACKED, offset)], partition)
@@ -264,7 +261,7 @@ def _lso_stuck(d: _Drill, count: int, hold_s: float, progress: Callable[[str], N
     time.sleep(hold_s)
     for producer, txn_id in open_txns:
         producer.abort_transaction(30)
-        d.ledger.append("txn", {"id": txn_id, "outcome": "aborted", "error": None}, sync=True)
+        d.ledger.append(TxnEnd(txn_id, TxnOutcome.ABORTED), sync=True)
 
 
 def run_drill(config: Config, topics: Topics, kind: str, count: int, partition: int = 0,

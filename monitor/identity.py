@@ -13,6 +13,7 @@ StatefulSet's volume claim), or incarnations would restart from 1.
 
 from __future__ import annotations
 
+from invariants.errors import VigilError
 import fcntl
 import json
 import os
@@ -24,7 +25,7 @@ from typing import IO
 from monitor.record_format import writer_id_for
 
 
-class IdentityError(Exception):
+class IdentityError(VigilError):
     pass
 
 

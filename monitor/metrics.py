@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from invariants.catalog import series
 from invariants.model import READERS, RU
 
-from monitor.outcomes import TxnOutcome, WriteOutcome
+from invariants.ledger_format import TxnOutcome, WriteOutcome
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]

@@ -1,6 +1,7 @@
-"""Write outcomes: one vocabulary everywhere, and how a client error maps onto it.
+"""How a client error maps onto the outcome vocabulary (the client-error table).
 
-Outcomes of a single write (``WriteOutcome``):
+The vocabulary itself (``WriteOutcome``, ``TxnOutcome``) belongs to the ledger's wire format,
+:mod:`invariants.ledger_format`. Outcomes of a single write:
 
 ``acked``
     the broker acknowledged the write at a known offset.
@@ -59,26 +60,11 @@ verdicts.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
 
-
-class WriteOutcome(str, enum.Enum):
-    ACKED = "acked"
-    FAILED = "failed"
-    INDETERMINATE = "indeterminate"
-    UNCONFIRMED = "unconfirmed"
-    PENDING = "pending"  # intent recorded, outcome not (yet) known
-
-
-class TxnOutcome(str, enum.Enum):
-    COMMITTED = "committed"
-    ABORTED = "aborted"
-    INDETERMINATE = "indeterminate"
-    PENDING = "pending"
-
+from invariants.ledger_format import WriteOutcome
 
 FAILED_CODES: frozenset[int] = frozenset(
     code

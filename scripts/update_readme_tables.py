@@ -9,7 +9,7 @@ from monitor.config import reference_markdown
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 INVARIANTS_DOC = ROOT / "docs" / "invariants.md"
-FAMILIES = ("sequence", "offsets", "transactions", "liveness", "accounting")
+FAMILIES = ("acked_writes", "sequence", "offsets", "transactions", "liveness", "accounting")
 
 
 def invariants_markdown() -> str:

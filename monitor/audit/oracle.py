@@ -1,7 +1,7 @@
 """The audit oracle: every history invariant, computed over the whole history at once.
 
 Deliberately simple and independent of :mod:`invariants.checker` (it shares only the catalog
-names and the ledger parser): no incremental state, no horizon, plain sets and loops over
+names and the ledger's typed decoding; its ledger reading is its own, :mod:`monitor.audit.book`): no incremental state, no horizon, plain sets and loops over
 everything that was read. It applies the definitions of the invariant catalog as written in
 the checker modules' docstrings; the live checker must reach the same counts (the property
 tests and the integration tests compare them). Liveness invariants (``stalled_poll``,
@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from invariants.catalog import Invariant, Isolation
-from monitor.ledger import LedgerBook
-from monitor.outcomes import TxnOutcome, WriteOutcome
+from invariants.ledger_format import Intent, LedgerEntry, TxnEnd, TxnOutcome, WriteOutcome
+from invariants.model import TxnKey, WriteKey
+from monitor.audit.book import LedgerBook
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 
@@ -52,7 +53,7 @@ class AuditResult:
         return {k: v for k, v in self.counts.items() if v}
 
 
-def audit(ledger_entries: Iterable[dict[str, Any]], reads: Reads, settle: int,
+def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
           log_start: dict[tuple[str, int], int] | None = None) -> AuditResult:
     book = LedgerBook()
     for e in ledger_entries:
@@ -120,11 +121,12 @@ def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
 def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
                   log_start: dict[tuple[str, int], int]) -> None:
     bounds = {iso: {part: (min(offs), max(offs) + 1) for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
-    for (wid, inc, tid, p, seq), st in book.writes.items():
+    for wkey, st in book.writes.items():
         if st.outcome is not WriteOutcome.ACKED:
             continue
-        txn = book.txns.get((wid, inc, st.txn_id)) if st.txn_id else None
-        ident, o = (wid, inc, seq), st.offset
+        tid, p, wid, inc, seq = wkey.topic_id, wkey.partition, wkey.writer_id, wkey.inc, wkey.seq
+        txn = book.txns.get(TxnKey(wid, inc, st.txn_id)) if st.txn_id else None
+        ident, o = wkey.ident, st.offset
         for iso in (RC, RU):
             if not _expected_in(iso, txn.outcome if txn else None):
                 continue
@@ -157,14 +159,14 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
 
 
 def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) -> None:
-    rc_seen: dict[tuple[int, int, int], dict[Any, int]] = defaultdict(dict)
-    ru_seen: dict[tuple[int, int, int], set[Any]] = defaultdict(set)
+    rc_seen: dict[TxnKey, dict[WriteKey, int]] = defaultdict(dict)
+    ru_seen: dict[TxnKey, set[WriteKey]] = defaultdict(set)
     for iso, target in ((RC, rc_seen), (RU, ru_seen)):
         for (tid, p), recs in reads.get(iso, {}).items():
             for off, ident, txn_id in recs:
                 if txn_id and ident[0] != "x":
-                    key = (ident[0], ident[1], txn_id)
-                    wkey = (ident[0], ident[1], tid, p, ident[2])
+                    key = TxnKey(ident[0], ident[1], txn_id)
+                    wkey = WriteKey(tid, p, *ident)
                     if iso is RC:
                         target[key].setdefault(wkey, off)
                     else:
@@ -172,7 +174,8 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) ->
     for key, txn in book.txns.items():
         if txn.outcome is TxnOutcome.ABORTED:
             for wkey, off in rc_seen.get(key, {}).items():
-                res.add(Invariant.ABORTED_READ, RC, topic_id=wkey[2], partition=wkey[3], offset=off, txn=key)
+                res.add(Invariant.ABORTED_READ, RC, topic_id=wkey.topic_id, partition=wkey.partition, offset=off,
+                        txn=tuple(key))
             res.aborted_allowed += len(ru_seen.get(key, ()))
         if txn.outcome not in (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE):
             continue
@@ -183,30 +186,30 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) ->
         for w in txn.writes:
             st = book.writes.get(w)
             if st is not None and st.outcome is WriteOutcome.ACKED:
-                tops[(w[2], w[3])] = max(st.offset, tops.get((w[2], w[3]), -1))
+                tops[w.part] = max(st.offset, tops.get(w.part, -1))
         if not tops:
             continue
         if any(not at[RC].get(part) or max(at[RC][part]) < top for part, top in tops.items()):
             continue
-        visible = sum(1 for w, off in rc_seen.get(key, {}).items() if off <= tops.get((w[2], w[3]), -1))
+        visible = sum(1 for w, off in rc_seen.get(key, {}).items() if off <= tops.get(w.part, -1))
         if 0 < visible < len(txn.writes):
-            res.add(Invariant.PARTIAL_TXN, RC, txn=key, visible=visible, intended=len(txn.writes))
+            res.add(Invariant.PARTIAL_TXN, RC, txn=tuple(key), visible=visible, intended=len(txn.writes))
 
 
-def hanging_transactions(entries: Iterable[dict[str, Any]], threshold_s: float) -> int:
+def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float) -> int:
     """Per (transaction, partition): open (intent → decision) longer than ``threshold_s``."""
-    opened: dict[tuple[int, int, int], tuple[int, set[int]]] = {}
+    opened: dict[TxnKey, tuple[int, set[int]]] = {}
     count = 0
     for e in entries:
-        if e["kind"] == "intent" and e.get("txn"):
-            parts = {w[0] for w in e["writes"]}
-            key = (e["writer_id"], e["inc"], int(e["txn"]["id"]))
-            ts, prev = opened.get(key, (e["ts_us"], set()))
-            opened[key] = (ts, prev | parts)
-        elif e["kind"] == "txn":
-            key = (e["writer_id"], e["inc"], int(e["id"]))
+        body = e.body
+        if isinstance(body, Intent) and body.txn:
+            key = TxnKey(e.writer.writer_id, e.writer.inc, body.txn.id)
+            ts, prev = opened.get(key, (e.ts_us, set()))
+            opened[key] = (ts, prev | {w.partition for w in body.writes})
+        elif isinstance(body, TxnEnd):
+            key = TxnKey(e.writer.writer_id, e.writer.inc, body.id)
             if key in opened:
                 ts, parts = opened.pop(key)
-                if (e["ts_us"] - ts) / 1e6 > threshold_s:
+                if (e.ts_us - ts) / 1e6 > threshold_s:
                     count += len(parts)
     return count

@@ -3,6 +3,7 @@ isolation levels, up to the end (high watermark / LSO), plus the whole ledger.""
 
 from __future__ import annotations
 
+from invariants.errors import VigilError
 import time
 from typing import Any, Callable
 
@@ -12,10 +13,10 @@ from invariants.catalog import Isolation
 from invariants.model import foreign_ident
 from monitor import clients, record_format
 from monitor.config import Config
-from monitor.ledger import decode_entry
+from invariants.ledger_format import LedgerEntry, LedgerFormatError, decode
 
 
-class AuditReadError(Exception):
+class AuditReadError(VigilError):
     pass
 
 
@@ -45,27 +46,26 @@ def _read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,
 
 
 def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
-                 ) -> tuple[list[dict[str, Any]], dict, dict, str, dict]:
+                 ) -> tuple[list[LedgerEntry], dict, dict, str, dict]:
     """(ledger entries, reads per isolation, log start per partition, canary topic id, malformed counts)."""
-    bootstrap = clients.canary_bootstrap(cfg)
-    info = clients.describe_topic(clients.admin(cfg.kafka, bootstrap), cfg.canary.name)
+    info = clients.describe_topic(clients.admin(cfg), cfg.canary.name)
     if info is None:
         raise AuditReadError(f"canary topic {cfg.canary.name!r} does not exist")
-    ledger_info = clients.describe_topic(clients.admin(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg)),
-                                         cfg.ledger.topic)
+    ledger_info = clients.describe_topic(clients.admin(cfg, ledger=True), cfg.ledger.topic)
     malformed = {"ledger": 0, "foreign": 0, "malformed": 0}
-    entries: list[dict[str, Any]] = []
+    entries: list[LedgerEntry] = []
     if ledger_info is not None:
-        by_partition: dict[int, list[tuple[int, dict]]] = {}
+        by_partition: dict[int, list[tuple[int, LedgerEntry]]] = {}
 
         def on_ledger(msg: Any) -> None:
-            entry = decode_entry(msg.value())
-            if entry is None:
+            try:
+                entry = decode(msg.value())
+            except LedgerFormatError:
                 malformed["ledger"] += 1
-            else:
-                by_partition.setdefault(msg.partition(), []).append((msg.offset(), entry))
+                return
+            by_partition.setdefault(msg.partition(), []).append((msg.offset(), entry))
 
-        c = clients.consumer(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg), "read_committed", group="vigil-audit")
+        c = clients.consumer(cfg, "read_committed", group="vigil-audit", ledger=True, profile="bulk")
         try:
             _read_to_end(c, cfg.ledger.topic, ledger_info.partitions, timeout_s, on_ledger, progress)
         finally:
@@ -86,7 +86,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
                 item = (msg.offset(), foreign_ident(msg.value()), 0)
             per.setdefault((info.topic_id, msg.partition()), []).append(item)
 
-        c = clients.consumer(cfg.kafka, bootstrap, iso.value, group="vigil-audit")
+        c = clients.consumer(cfg, iso.value, group="vigil-audit", profile="bulk")
         try:
             _read_to_end(c, cfg.canary.name, info.partitions, timeout_s, on_canary, progress)
             low = {p: c.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[0]

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from confluent_kafka import Producer
 
-from monitor import clients
+from monitor import client_config, clients
 from monitor.canary.transactional import TransactionalWriter
 from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo
@@ -26,10 +26,9 @@ class Topics:
 
 def prepare_topics(config: Config) -> Topics:
     """Create the canary and ledger topics when missing (existing ones are used as they are)."""
-    canary_admin = clients.admin(config.kafka, clients.canary_bootstrap(config))
-    canary = clients.ensure_topic(canary_admin, config.canary.name, config.canary.partitions,
+    canary = clients.ensure_topic(clients.admin(config), config.canary.name, config.canary.partitions,
                                   config.canary.replication_factor, config.canary.topic_configs())
-    ledger_admin = clients.admin(config.ledger_kafka(), clients.ledger_bootstrap(config))
+    ledger_admin = clients.admin(config, ledger=True)
     ledger = clients.ensure_topic(ledger_admin, config.ledger.topic, config.ledger.partitions,
                                   config.ledger.replication_factor, config.ledger.topic_configs())
     return Topics(canary, ledger)
@@ -40,7 +39,7 @@ def writer_instance_id(config: Config, writer: WriterConfig) -> str:
 
 
 def open_ledger(config: Config, identity: WriterIdentity) -> LedgerWriter:
-    producer = Producer(clients.ledger_producer_config(config, identity.instance_id))
+    producer = Producer(client_config.ledger_producer(config, identity.instance_id))
     return LedgerWriter(producer, config.ledger.topic, identity.instance_id, identity.writer_id,
                         identity.incarnation)
 
@@ -51,7 +50,7 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
     ledger = open_ledger(config, identity)
 
     def factory(error_cb: Callable[[Any], None]) -> Producer:
-        return Producer(clients.canary_producer_config(config, writer, identity.instance_id, error_cb))
+        return Producer(client_config.canary_producer(config, writer, identity.instance_id, error_cb))
 
     cls = TransactionalWriter if writer.transactional else CanaryWriter
     return cls(writer, topics.canary, identity, ledger, factory, metrics)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
+from invariants.ledger_format import TxnEnd, TxnInfo, TxnOutcome, WriteOutcome
 from monitor import record_format
 from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo, TransactionalProducerLike
@@ -28,7 +29,6 @@ from monitor.config import WriterConfig
 from monitor.identity import WriterIdentity
 from monitor.ledger import LedgerWriter, now_us
 from monitor.metrics import ProducerMetrics
-from monitor.outcomes import TxnOutcome, WriteOutcome
 
 COMMIT_RETRIES = 3
 
@@ -73,12 +73,11 @@ class TransactionalWriter(CanaryWriter):
         writes = self.plan(size)
         self.txn_seq += 1
         abort = self.rng.random() < self.cfg.transaction.abort_ratio
-        txn = {"id": self.txn_seq, "size": size, "abort": abort}
-        self.intend(writes, txn, stop)
+        self.intend(writes, TxnInfo(self.txn_seq, size, abort), stop)
         outcome, error = self._run_transaction(writes, self.txn_seq, abort)
         self.producer.poll(0)
         self.flush_outcomes(force=True)
-        self.ledger.append("txn", {"id": self.txn_seq, "outcome": outcome.value, "error": error})
+        self.ledger.append(TxnEnd(self.txn_seq, outcome, error))
         self.txn_counts[outcome] += 1
         if self.metrics is not None:
             self.metrics.transactions.labels(self.cfg.name, outcome.value).inc()

@@ -23,18 +23,19 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaError
 
+from invariants.ledger_format import (
+    Intent, OutcomeRun, Outcomes, Start, Stop, TxnInfo, WriteOutcome, WriteRange, WriterSettings,
+)
 from monitor import record_format
 from monitor.clients import ProducerLike, TopicInfo
 from monitor.config import WriterConfig
 from monitor.identity import WriterIdentity
-from monitor.ledger import LedgerError, LedgerWriter, OutcomeRun, encode_runs, now_us
+from monitor.ledger import Delivery, LedgerError, LedgerWriter, encode_runs, now_us
 from monitor.metrics import ProducerMetrics
-from monitor.outcomes import WriteOutcome, classify_delivery
+from monitor.outcomes import classify_delivery
 
 MAX_BATCH = 10_000
 OUTCOME_FLUSH_S = 0.05
-
-Result = tuple[int, int, WriteOutcome, int, int, int, "str | None"]
 
 
 class CanaryWriter:
@@ -52,7 +53,7 @@ class CanaryWriter:
         self._cursor = 0
         self.planned = 0
         self.counts: dict[WriteOutcome, int] = {o: 0 for o in WriteOutcome}
-        self._results: list[Result] = []
+        self._results: list[Delivery] = []
         self._last_outcome_flush = time.monotonic()
         self._fatal: KafkaError | None = None
         self.producer = self._factory(self._on_error)
@@ -74,15 +75,15 @@ class CanaryWriter:
             self.metrics.errors.labels(self.cfg.name, kind).inc()
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        header = record_format.HEADER.unpack_from(msg.value())
-        seq, send_ts = header[5], header[6]
+        rec = record_format.decode(msg.value())  # always a canary record: this writer encoded it
         classified = classify_delivery(err, msg.offset() if err is None else None, self.cfg.acks)
-        self._record(msg.partition(), seq, classified.outcome, classified.offset, send_ts, classified.error)
+        self._record(msg.partition(), rec.seq, classified.outcome, classified.offset, rec.produce_ts_us,
+                     classified.error)
 
     def _record(self, partition: int, seq: int, outcome: WriteOutcome, offset: int, send_ts: int,
                 error: str | None) -> None:
         done = now_us()
-        self._results.append((partition, seq, outcome, offset, send_ts, done, error))
+        self._results.append(Delivery(partition, seq, outcome, offset, send_ts, done, error))
         self.counts[outcome] += 1
         if self.metrics is not None:
             self.metrics.writes.labels(self.cfg.name, outcome.value).inc()
@@ -111,19 +112,19 @@ class CanaryWriter:
         return writes
 
     @staticmethod
-    def intent_ranges(writes: list[tuple[int, int]]) -> list[list[int]]:
-        ranges: dict[int, list[int]] = {}
-        for p, seq in writes:
-            r = ranges.get(p)
-            if r is not None and r[1] + r[2] == seq:
-                r[2] += 1
+    def intent_ranges(writes: list[tuple[int, int]]) -> tuple[WriteRange, ...]:
+        """(partition, seq) pairs as ranges of consecutive seqs, per partition in seq order."""
+        ranges: list[WriteRange] = []
+        for p, seq in sorted(writes):
+            last = ranges[-1] if ranges else None
+            if last is not None and last.partition == p and last.first_seq + last.count == seq:
+                ranges[-1] = WriteRange(p, last.first_seq, last.count + 1)
             else:
-                ranges.setdefault(p, [p, seq, 1])
-        return sorted(ranges.values())
+                ranges.append(WriteRange(p, seq, 1))
+        return tuple(ranges)
 
-    def write_intent(self, writes: list[tuple[int, int]], txn: dict | None, stop: threading.Event) -> None:
-        self.ledger.append("intent", {"topic_id": self.topic.topic_id, "writes": self.intent_ranges(writes),
-                                      "txn": txn}, sync=False)
+    def write_intent(self, writes: list[tuple[int, int]], txn: TxnInfo | None, stop: threading.Event) -> None:
+        self.ledger.append(Intent(self.topic.topic_id, self.intent_ranges(writes), txn))
         self.ledger.sync(stop)
 
     def send(self, partition: int, seq: int, flags: int = 0, txn_id: int = 0, txn_size: int = 0,
@@ -148,7 +149,7 @@ class CanaryWriter:
         runs = encode_runs(self._results)
         self._results = []
         self._last_outcome_flush = now
-        self.ledger.append("outcomes", {"topic_id": self.topic.topic_id, "runs": [r.as_list() for r in runs]})
+        self.ledger.append(Outcomes(self.topic.topic_id, tuple(runs)))
         return runs
 
     def _renew_producer(self) -> None:
@@ -171,12 +172,12 @@ class CanaryWriter:
     # -- the loop --------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.ledger.append("start", {
-            "topic": self.topic.name, "topic_id": self.topic.topic_id, "partitions": self.topic.partitions,
-            "writer": self.cfg.model_dump(mode="json", exclude={"client_overrides"}),
-        })
+        cfg = self.cfg
+        settings = WriterSettings(cfg.name, "canary", cfg.acks, cfg.idempotence, cfg.transactional,
+                                  cfg.message_timeout_ms)
+        self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions, settings))
 
-    def intend(self, writes: list[tuple[int, int]], txn: dict | None, stop: threading.Event) -> None:
+    def intend(self, writes: list[tuple[int, int]], txn: TxnInfo | None, stop: threading.Event) -> None:
         """Make the intent durable; if that fails the writes were never sent: ``failed``."""
         try:
             self.write_intent(writes, txn, stop)
@@ -243,7 +244,7 @@ class CanaryWriter:
         self.flush_outcomes(force=True)
         self.finish_transactions()
         if self.in_flight == 0:
-            self.ledger.append("stop", {})
+            self.ledger.append(Stop())
         self.ledger.sync()
 
     def finish_transactions(self) -> None:

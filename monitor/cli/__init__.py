@@ -6,9 +6,10 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from monitor.cli import audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
-from monitor.cli.common import EXPECTED_ERRORS
+from invariants.errors import VigilError
 
 app = typer.Typer(
     name="vigil",
@@ -31,6 +32,6 @@ app.command("bench")(bench_cmd.bench)
 def main() -> None:
     try:
         app()
-    except EXPECTED_ERRORS as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+    except VigilError as exc:
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
         sys.exit(2)

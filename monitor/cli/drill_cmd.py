@@ -25,8 +25,8 @@ def drill(
 
     The drill acts as a lying writer or broker (e.g. a ledger entry claiming an
     acknowledgement for a record never written). Which invariants each kind triggers is
-    fixed in the drill table (docs/drills.md); --json prints what was injected and the
-    expected counter increments.
+    fixed in the drill table (README, "Drills"; `monitor/drill_table.py`); --json prints what
+    was injected and the expected counter increments.
     """
     cfg = load_config(config)
     if kind not in DRILL_TABLE:

@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
 from monitor.canary.writer import CanaryWriter
-from monitor.cli.common import ConfigOption, console, err_console, install_stop_handlers, load_config, print_json
-from monitor.config import Config, WriterConfig, parse
+from monitor.signals import install_stop_handlers
+from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json
+from monitor.config import Config, WriterConfig
 from monitor.metrics import producer_metrics
 
 
@@ -97,21 +98,4 @@ def produce(
 
 def _writer_config(cfg: Config, name: str | None, **overrides: object) -> WriterConfig:
     base = cfg.writer(name) if name else cfg.writers[0]
-    data = base.model_dump()
-    txn = dict(data["transaction"])
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key == "abort_ratio":
-            txn["abort_ratio"] = value
-        elif key == "txn_size":
-            txn["size"] = value
-        else:
-            data[key] = value
-    data["transaction"] = txn
-    if overrides.get("acks") is not None and overrides["acks"] != "all" and overrides.get("idempotence") is None:
-        data["idempotence"] = False
-        data["transactional"] = False
-    merged = cfg.model_dump()
-    merged["writers"] = [data]
-    return parse(merged, "command line options").writers[0]
+    return base.with_overrides(**overrides)

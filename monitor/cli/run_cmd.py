@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 from rich.live import Live
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
-from monitor.cli.common import (ConfigOption, err_console, install_stop_handlers, load_config, print_endpoints,
+from monitor.signals import install_stop_handlers
+from monitor.cli.common import (ConfigOption, err_console, load_config, print_endpoints,
                                 print_json, progress)
 from monitor.cli.produce_cmd import status_line, writer_summary
 from monitor.cluster.local_cluster import LocalCluster

@@ -7,8 +7,7 @@ from typing import Optional
 
 import typer
 
-from monitor.cli.common import ConfigOption, install_stop_handlers, load_config, print_endpoints, progress
-from monitor.watch.runtime import WatchRuntime
+from monitor.cli.common import ConfigOption, load_config, print_endpoints, progress
 
 
 def watch(
@@ -23,13 +22,6 @@ def watch(
     Counters continue from the checkpoint directory (`watch.checkpoint_dir`); evidence lines go
     to `watch.evidence.path`. The cluster must be up (`vigil cluster up` or `vigil run`).
     """
-    from monitor.watch.main import run_watch
+    from monitor.watch.main import watch as run
 
-    from monitor.canary.runner import prepare_topics
-
-    cfg = load_config(config)
-    prepare_topics(cfg)
-    runtime = WatchRuntime(cfg, progress)
-    install_stop_handlers(runtime.stop)
-    print_endpoints(cfg)
-    run_watch(cfg, runtime, duration, progress)
+    run(load_config(config), duration, progress, on_start=print_endpoints)

@@ -7,6 +7,7 @@ interrupted resolve is redone and a finished one is never asked for again.
 
 from __future__ import annotations
 
+from invariants.errors import VigilError
 import os
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ _SETTINGS = """<settings><mirrors><mirror><id>vigil-skip-unreachable</id>
 """
 
 
-class ResolveError(Exception):
+class ResolveError(VigilError):
     pass
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from invariants.errors import VigilError
 import os
 import re
 import shutil
@@ -13,7 +14,7 @@ MIN_VERSION = 17  # Kafka 4.x brokers
 HOSTS_FILE_VERSION = 18  # -Djdk.net.hosts.file, needed for the proxied network layout
 
 
-class JavaError(Exception):
+class JavaError(VigilError):
     pass
 
 

@@ -83,7 +83,7 @@ class ClusterLayout:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"{self.config.host}:{n.client_port}" for n in self.nodes)
+        return self.config.bootstrap_servers
 
     def peer_address(self, src: int, dst: int) -> str:
         if not self.proxied or src == dst:

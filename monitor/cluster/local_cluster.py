@@ -31,6 +31,8 @@ from typing import Callable, Iterable
 
 import psutil
 
+from invariants.errors import VigilError
+from monitor import client_config
 from monitor.cluster import jars
 from monitor.cluster.java import HOSTS_FILE_VERSION, find_java
 from monitor.cluster.layout import LINK_KINDS, ClusterLayout, NodeLayout, render_properties
@@ -50,7 +52,7 @@ logger.state.level = WARN
 """
 
 
-class ClusterError(Exception):
+class ClusterError(VigilError):
     pass
 
 
@@ -383,7 +385,7 @@ class LocalCluster:
         from confluent_kafka.admin import AdminClient
 
         try:
-            md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=5)
+            md = AdminClient(client_config.local_admin(self.bootstrap_servers)).list_topics(timeout=5)
             return len(md.brokers)
         except Exception:  # noqa: BLE001 - not ready yet
             return 0

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from invariants.checker import Checker
+from invariants.ledger_format import LedgerFormatError, decode
 from invariants.model import RC, RU, Read, Violation, foreign_ident
-from monitor.ledger import decode_entry
 from monitor.metrics import E2E_BUCKETS
 from monitor.record_format import decode_headers, malformed_kind
 
@@ -46,11 +46,10 @@ def apply_batch(checker: Checker, table: pa.Table, topic_ids: Callable[[str], st
         ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
         entries = []
         for value in ledger.column("value").to_pylist():
-            entry = decode_entry(value)
-            if entry is None:
+            try:
+                entries.append(decode(value))
+            except LedgerFormatError:
                 stats.malformed["ledger"] += 1
-            else:
-                entries.append(entry)
         checker.apply_ledger(entries)
     for s, iso in ISOLATION_OF.items():
         part = table.filter(pc.equal(table.column("src"), s))

@@ -19,15 +19,22 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from confluent_kafka import Producer
 
 from invariants.model import Violation
 
 INCIDENT_GAP_S = 60.0
 
 
-def incident_for(incidents: dict[Any, tuple[str, float]], v: Violation, now: float) -> str:
-    key = (v.topic_id, v.partition) if v.partition >= 0 else ("writer", v.writer, v.detail.split(":")[0])
+def incident_key(v: Violation) -> str:
+    """What one incident groups: a partition, or (for writer-level invariants) one writer."""
+    if v.partition >= 0:
+        return f"{v.topic_id}/{v.partition}"
+    writer = "-" if v.writer is None else f"{v.writer[0]:016x}/{v.writer[1]}"
+    return f"writer/{writer}/{v.detail.split(':')[0]}"
+
+
+def incident_for(incidents: dict[str, tuple[str, float]], v: Violation, now: float) -> str:
+    key = incident_key(v)
     current = incidents.get(key)
     if current is None or now - current[1] > INCIDENT_GAP_S:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
@@ -38,14 +45,14 @@ def incident_for(incidents: dict[Any, tuple[str, float]], v: Violation, now: flo
 
 
 class EvidenceLog:
-    def __init__(self, path: Path, producer: Producer | None = None, topic: str = "") -> None:
+    def __init__(self, path: Path, producer: Any = None, topic: str = "") -> None:
         self.path = path
         self.producer = producer
         self.topic = topic
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, batch_id: int, violations: list[Violation], committed_bytes: int,
-              incidents: dict[Any, tuple[str, float]], topic_name: Callable[[str], str],
+              incidents: dict[str, tuple[str, float]], topic_name: Callable[[str], str],
               leader: Callable[[str, int], int | None], now: float | None = None) -> int:
         """Append one batch's evidence after cutting back to ``committed_bytes``; returns the new length."""
         now = time.time() if now is None else now

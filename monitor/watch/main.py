@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 import time
+from datetime import datetime
 from typing import Callable
 
 from prometheus_client import CollectorRegistry
 from pyspark.sql.streaming import StreamingQueryListener
 
 from monitor.config import Config
+from monitor.signals import install_stop_handlers
 from monitor.watch.runtime import WatchRuntime
+from monitor.watch.supervisor import supervise
 
 
 def _offsets(text: str | None) -> object:
@@ -61,8 +63,8 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
     if cfg.watch.evidence.topic:
         from monitor import clients
 
-        clients.ensure_topic(clients.admin(cfg.kafka, clients.canary_bootstrap(cfg)), cfg.watch.evidence.topic,
-                             1, cfg.canary.replication_factor, {"cleanup.policy": "compact"})
+        clients.ensure_topic(clients.admin(cfg), cfg.watch.evidence.topic, 1, cfg.canary.replication_factor,
+                             {"cleanup.policy": "compact"})
     runtime.prober.start()
     progress("starting Spark (the first batch takes a few seconds)")
     spark = spark_job.session(cfg, progress)
@@ -70,10 +72,22 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
     spark.streams.addListener(_Freshness(runtime))
     deadline = None if duration is None else time.monotonic() + duration
     try:
-        runtime.supervise(lambda: spark_job.start_query(spark, cfg, runtime.handle_batch), deadline, on_tick)
+        supervise(runtime, lambda: spark_job.start_query(spark, cfg, runtime.handle_batch), deadline, on_tick)
     finally:
         runtime.stop.set()
         for q in spark.streams.active:
             q.stop()
         runtime.prober.join(10)
         spark.stop()
+
+
+def watch(cfg: Config, duration: float | None = None, progress: Callable[[str], None] = lambda _m: None,
+          on_start: Callable[[Config], None] = lambda _c: None) -> None:
+    """`vigil watch`: topics, durable state, signal handling, then :func:`run_watch`."""
+    from monitor.canary.runner import prepare_topics
+
+    prepare_topics(cfg)
+    runtime = WatchRuntime(cfg, progress)
+    install_stop_handlers(runtime.stop)
+    on_start(cfg)
+    run_watch(cfg, runtime, duration, progress)

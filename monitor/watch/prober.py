@@ -1,4 +1,5 @@
-"""The direct per-partition poll prober: ``stalled_poll``, ``lso_stuck``, ``producer_stalled``.
+"""The direct per-partition poll prober: what ``stalled_poll``, ``lso_stuck`` and
+``producer_stalled`` are judged on (the verdicts are :class:`invariants.liveness.LivenessJudge`'s).
 
 A Spark query plans all partitions together and a hung fetch blocks the whole batch for
 ``kafkaConsumer.pollTimeoutMs``, so Spark alone cannot say which partition stalled. The
@@ -11,7 +12,7 @@ assigned to every canary partition from the end, and every ``probe_interval_s``:
 2. polls both consumers and takes their positions;
 3. lists the high watermark and the last stable offset per partition (keeping the last
    known values when the leader does not answer);
-4. feeds the liveness trackers of :mod:`invariants.liveness`.
+4. hands what it saw to the liveness judge.
 
 It never blocks longer than a few seconds per round, whatever the brokers do.
 """
@@ -26,13 +27,13 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_END, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from invariants import liveness
-from invariants.accounting import LedgerFold
+from invariants.accounting import AckedRun, LedgerFold, TxnWriteAcked
 from invariants.catalog import Invariant
-from invariants.model import NONE, RC, RU, Violation
+from invariants.ledger_format import LedgerFormatError, decode
+from invariants.liveness import LivenessJudge
+from invariants.model import RC, RU, Violation
 from monitor import clients
 from monitor.config import Config
-from monitor.ledger import decode_entry
 
 
 @dataclass
@@ -54,7 +55,7 @@ class ProbeView:
     ends: dict[int, PartitionEnds] = field(default_factory=dict)
     open_stalls: dict[tuple, int] = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     rounds: int = 0
-    open_keys: dict[str, set] = field(default_factory=dict)  # tracker -> keys of counted, open episodes
+    open_episodes: dict[str, Any] = field(default_factory=dict)  # counted, still open (LivenessJudge.open_doc)
 
 
 class Prober(threading.Thread):
@@ -67,12 +68,8 @@ class Prober(threading.Thread):
         self.view = ProbeView()
         self.lock = threading.Lock()
         w = config.watch
-        self.stalls = liveness.StallTracker(w.stall_threshold_s)
-        self.lso = liveness.StallTracker(w.lso_stuck_threshold_s)
-        self.producers = liveness.StallTracker(0.0)
+        self.judge = LivenessJudge(w.stall_threshold_s, w.lso_stuck_threshold_s, w.producer_stall_s)
         self.fold = LedgerFold()
-        self.prev: dict[tuple, liveness.PollProgress] = {}
-        self.prev_lso: dict[int, int] = {}
         self.eof: dict[tuple, int] = {}
         self.error: str | None = None
 
@@ -80,13 +77,11 @@ class Prober(threading.Thread):
 
     def _open(self) -> None:
         cfg = self.cfg
-        bootstrap = clients.canary_bootstrap(cfg)
-        self.admin = clients.admin(cfg.kafka, bootstrap)
-        extra = {"enable.partition.eof": True, "fetch.wait.max.ms": 100, "socket.timeout.ms": 10000}
-        self.readers = {iso: clients.consumer(cfg.kafka, bootstrap, iso.value, group=f"vigil-prober-{iso.value}",
-                                              **extra) for iso in (RC, RU)}
-        self.ledger = clients.consumer(cfg.ledger_kafka(), clients.ledger_bootstrap(cfg), "read_committed",
-                                       group="vigil-prober-ledger", **extra)
+        self.admin = clients.admin(cfg)
+        self.readers = {iso: clients.consumer(cfg, iso.value, group=f"vigil-prober-{iso.value}", profile="probe")
+                        for iso in (RC, RU)}
+        self.ledger = clients.consumer(cfg, "read_committed", group="vigil-prober-ledger", ledger=True,
+                                       profile="probe")
         self.assigned_topic_id = ""
 
     def _refresh_metadata(self) -> None:
@@ -105,7 +100,7 @@ class Prober(threading.Thread):
             if ledger_md is not None and ledger_md.partitions:
                 self.ledger.assign([TopicPartition(self.cfg.ledger.topic, p, OFFSET_END) for p in ledger_md.partitions])
             self.assigned_topic_id = info.topic_id
-            self.prev.clear()
+            self.judge.forget_positions()
             self.eof.clear()
 
     # -- one round -------------------------------------------------------------------------
@@ -119,14 +114,15 @@ class Prober(threading.Thread):
             for m in msgs:
                 if m.error() is not None:
                     continue
-                entry = decode_entry(m.value())
-                if entry is None:
+                try:
+                    entry = decode(m.value())
+                except LedgerFormatError:
                     continue
                 for ev in self.fold.apply(entry):
-                    if ev[0] == "acked_run":  # (_, topic_id, p, writer, inc, first_seq, count, first_offset, done)
-                        tid, p, end = ev[1], ev[2], ev[7] + ev[6]
-                    elif ev[0] == "acked":  # a transaction's write: (_, wkey, offset, txn, done)
-                        tid, p, end = ev[1][0], ev[1][1], ev[2] + 1
+                    if isinstance(ev, AckedRun):
+                        tid, p, end = ev.topic_id, ev.partition, ev.first_offset + ev.count
+                    elif isinstance(ev, TxnWriteAcked):
+                        tid, p, end = ev.write.topic_id, ev.write.partition, ev.offset + 1
                     else:
                         continue
                     if tid == self.view.topic_id:
@@ -191,52 +187,21 @@ class Prober(threading.Thread):
                     pos = self._position(iso, p, consumer)
                 except KafkaException:
                     continue
-                end = self._end(iso, p)
-                key = (iso, p)
-                prev = self.prev.get(key)
-                if pos < 0:  # no position yet (nothing fetched since the assignment at the end)
-                    pos = prev.position if prev else end
-                # the first observation after a start says nothing (an episode counted before a
-                # restart stays open until a real observation ends it)
-                if prev is not None and self.stalls.observe(key, liveness.poll_stuck(prev, pos, end), now):
-                    out.append(Violation(Invariant.STALLED_POLL, iso, tid, p, (pos, end),
-                                         detail=f"position {pos}, records available up to {end}, no progress "
-                                                f"for {self.cfg.watch.stall_threshold_s:.0f} s"))
-                self.prev[key] = liveness.PollProgress(pos, end)
+                out += self.judge.poll(iso, tid, p, pos, self._end(iso, p), now)
         for p, ends in self.view.ends.items():
-            prev_lso = self.prev_lso.get(p)
-            observed = prev_lso is not None and ends.lso >= 0
-            if observed and self.lso.observe(p, liveness.lso_stuck(prev_lso, ends.lso, ends.high_watermark), now):
-                out.append(Violation(Invariant.LSO_STUCK, RC, tid, p, (ends.lso, ends.high_watermark),
-                                     detail=f"LSO {ends.lso} frozen below high watermark {ends.high_watermark}"))
-            if ends.lso >= 0:
-                self.prev_lso[p] = ends.lso
+            out += self.judge.lso(tid, p, ends.lso, ends.high_watermark, now)
         pending = self.fold.oldest_pending_us()
         for key, w in self.fold.writers.items():
-            oldest = pending.get(key)
-            stuck = oldest is not None and now - oldest / 1e6 > self.cfg.watch.producer_stall_s
-            if self.producers.observe(key, stuck, now):
-                out.append(Violation(Invariant.PRODUCER_STALLED, NONE, writer=(w.writer_id, w.inc),
-                                     detail=f"{key[0]}: a write waiting for its outcome for more than "
-                                            f"{self.cfg.watch.producer_stall_s:.0f} s"))
+            out += self.judge.producer(w.instance, (w.writer_id, w.inc), pending.get(key), now)
         with self.lock:
-            self.view.open_stalls = {
-                (Invariant.STALLED_POLL, RC): sum(1 for k in self.stalls.open_episodes() if k[0] is RC),
-                (Invariant.STALLED_POLL, RU): sum(1 for k in self.stalls.open_episodes() if k[0] is RU),
-                (Invariant.LSO_STUCK, RC): len(self.lso.open_episodes()),
-                (Invariant.PRODUCER_STALLED, NONE): len(self.producers.open_episodes()),
-            }
-            self.view.open_keys = {name: tracker.open_episodes() for name, tracker in self._trackers().items()}
+            self.view.open_stalls = self.judge.open_counts()
+            self.view.open_episodes = self.judge.open_doc()
         return out
 
-    def _trackers(self) -> dict[str, liveness.StallTracker]:
-        return {"stalls": self.stalls, "lso": self.lso, "producers": self.producers}
-
-    def prime(self, open_keys: dict[str, set], now: float | None = None) -> None:
+    def prime(self, open_episodes: dict[str, Any], now: float | None = None) -> None:
         """Episodes counted before a restart (from the durable state)."""
-        for name, tracker in self._trackers().items():
-            tracker.prime(set(open_keys.get(name, ())), time.time() if now is None else now)
-        self.view.open_keys = {name: set(keys) for name, keys in open_keys.items()}
+        self.judge.prime(open_episodes, time.time() if now is None else now)
+        self.view.open_episodes = self.judge.open_doc()
 
     def probe_once(self, now: float | None = None) -> list[Violation]:
         if self.view.rounds % 5 == 0 or not self.view.partitions:
@@ -257,8 +222,7 @@ class Prober(threading.Thread):
         with self.lock:
             return ProbeView(self.view.topic_id, self.view.partitions, dict(self.view.leaders),
                              list(self.view.brokers), dict(self.view.ends),
-                             dict(self.view.open_stalls), self.view.rounds,
-                             {k: set(v) for k, v in self.view.open_keys.items()})
+                             dict(self.view.open_stalls), self.view.rounds, dict(self.view.open_episodes))
 
     def run(self) -> None:
         self._open()

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from monitor import clients
+from monitor import client_config
 from monitor.cluster import jars
 from monitor.cluster.java import find_java
 from monitor.config import Config
@@ -64,45 +64,9 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     )
 
 
-def kafka_options(cfg: Config, ledger: bool) -> dict[str, str]:
-    """Options of Spark's Kafka source (the Java client), from the same security config the
-    librdkafka clients use."""
-    kafka = cfg.ledger_kafka() if ledger else cfg.kafka
-    bootstrap = clients.ledger_bootstrap(cfg) if ledger else clients.canary_bootstrap(cfg)
-    return {"kafka.bootstrap.servers": bootstrap, **java_security(kafka.librdkafka(bootstrap))}
-
-
-_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
-
-def java_security(conf: dict[str, Any]) -> dict[str, str]:
-    """librdkafka security settings translated to the Java client's (PEM trust store, JAAS)."""
-    out: dict[str, str] = {}
-    if "security.protocol" in conf:
-        out["kafka.security.protocol"] = str(conf["security.protocol"])
-    if "sasl.mechanism" in conf:
-        mech = str(conf["sasl.mechanism"])
-        out["kafka.sasl.mechanism"] = mech
-        user = str(conf.get("sasl.username", "")).replace('"', '\\"')
-        password = str(conf.get("sasl.password", "")).replace('"', '\\"')
-        out["kafka.sasl.jaas.config"] = f'{_LOGIN_MODULES[mech]} required username="{user}" password="{password}";'
-    if conf.get("ssl.ca.location"):
-        out["kafka.ssl.truststore.type"] = "PEM"
-        out["kafka.ssl.truststore.location"] = str(conf["ssl.ca.location"])
-    if conf.get("ssl.certificate.location"):
-        # The Java client wants one PEM file holding the key and the certificate chain.
-        out["kafka.ssl.keystore.type"] = "PEM"
-        out["kafka.ssl.keystore.location"] = str(conf["ssl.certificate.location"])
-    return out
-
-
 def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False) -> DataFrame:
     reader = spark.readStream.format("kafka")
-    for key, value in kafka_options(cfg, ledger).items():
+    for key, value in client_config.spark_source(cfg, ledger).items():
         reader = reader.option(key, value)
     df = (
         reader.option("subscribe", topic)

@@ -6,12 +6,18 @@ restart (Spark had not committed it): a batch id at or below the saved one is sk
 violation is never counted twice; a batch that was not saved is applied again from the
 checker state before it, so none is forgotten. Liveness counts (from the prober, between
 batches) are saved the same way before they are exported.
+
+The file is a versioned JSON document (``vigil-state.json``, ``{"format": "vigil-watch-state",
+"version": N, ...}``) written field by field from the objects it describes
+(:meth:`WatchState.to_doc`), never a pickle of them. A state of another version is refused
+with a message naming both versions; version 1 (``vigil-state.pkl``, a pickle written by Vigil
+0.1) cannot be read by this version.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
+from invariants.errors import VigilError
 from invariants.model import Settings
 
-STATE_FILE = "vigil-state.pkl"
-STATE_VERSION = 1
+STATE_FILE = "vigil-state.json"
+LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
+STATE_FORMAT = "vigil-watch-state"
+STATE_VERSION = 2
 
 
 @dataclass
@@ -32,61 +42,96 @@ class WatchState:
     batch_id: int = -1
     checker: Checker = None  # type: ignore[assignment]
     liveness: Counter = field(default_factory=Counter)  # (Invariant, Isolation) -> episodes counted
-    malformed: Counter = field(default_factory=Counter)
-    e2e_counts: dict[Any, np.ndarray] = field(default_factory=dict)
+    malformed: Counter = field(default_factory=Counter)  # kind -> rows
+    e2e_counts: dict[Isolation, np.ndarray] = field(default_factory=dict)
     e2e_sum: Counter = field(default_factory=Counter)
     evidence_bytes: int = 0
-    incidents: dict[Any, tuple[str, float]] = field(default_factory=dict)
+    incidents: dict[str, tuple[str, float]] = field(default_factory=dict)  # incident key -> (id, last seen)
     restarts: int = 0
     batches: int = 0
     last_batch_at: float = 0.0  # wall clock of the last applied batch (freshness survives restarts)
-    open_episodes: dict = field(default_factory=dict)  # liveness episodes counted and still open
-    version: int = STATE_VERSION
+    open_episodes: dict[str, Any] = field(default_factory=dict)  # liveness episodes counted and still open
 
     def __post_init__(self) -> None:
         if self.checker is None:
             self.checker = Checker(self.settings)
 
-    def add_e2e(self, iso: Any, counts: np.ndarray, total: float) -> None:
+    def add_e2e(self, iso: Isolation, counts: np.ndarray, total: float) -> None:
         prev = self.e2e_counts.get(iso)
         self.e2e_counts[iso] = counts if prev is None else prev + counts
         self.e2e_sum[iso] += total
 
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT, "version": STATE_VERSION, "batch_id": self.batch_id,
+            "checker": self.checker.to_doc(),
+            "liveness": [[inv.value, iso.value, n] for (inv, iso), n in self.liveness.items()],
+            "malformed": dict(self.malformed),
+            "e2e": [[iso.value, [int(c) for c in counts], float(self.e2e_sum[iso])]
+                    for iso, counts in self.e2e_counts.items()],
+            "evidence_bytes": self.evidence_bytes,
+            "incidents": [[key, ident, seen] for key, (ident, seen) in self.incidents.items()],
+            "restarts": self.restarts, "batches": self.batches, "last_batch_at": self.last_batch_at,
+            "open_episodes": self.open_episodes,
+        }
 
-class StateError(Exception):
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any], settings: Settings) -> "WatchState":
+        st = cls(settings, doc["batch_id"], Checker.from_doc(doc["checker"], settings))
+        st.liveness = Counter({(Invariant(inv), Isolation(iso)): n for inv, iso, n in doc["liveness"]})
+        st.malformed = Counter(doc["malformed"])
+        for iso, counts, total in doc["e2e"]:
+            st.e2e_counts[Isolation(iso)] = np.array(counts, dtype=np.int64)
+            st.e2e_sum[Isolation(iso)] = total
+        st.evidence_bytes = doc["evidence_bytes"]
+        st.incidents = {key: (ident, seen) for key, ident, seen in doc["incidents"]}
+        st.restarts, st.batches, st.last_batch_at = doc["restarts"], doc["batches"], doc["last_batch_at"]
+        st.open_episodes = doc["open_episodes"]
+        return st
+
+
+class StateError(VigilError):
     pass
 
 
 def load(directory: Path, settings: Settings) -> WatchState:
     path = directory / STATE_FILE
     if not path.exists():
+        legacy = directory / LEGACY_STATE_FILE
+        if legacy.exists():
+            raise StateError(f"{legacy}: checker state version 1 (written by Vigil 0.1) cannot be read by this "
+                             f"version (state version {STATE_VERSION}); move {directory} away to start a new "
+                             "history (the Spark checkpoint inside it goes with it)")
         return WatchState(settings)
     try:
-        with path.open("rb") as f:
-            state = pickle.load(f)
-    except Exception as exc:  # a torn or foreign file must not be silently replaced
-        raise StateError(f"{path}: unreadable checker state ({exc}); move it away to start a new history") from exc
-    if not isinstance(state, WatchState) or state.version != STATE_VERSION:
-        raise StateError(f"{path}: not a Vigil checker state of version {STATE_VERSION}")
-    if state.settings != settings:
-        state.checker.settings = settings
-        state.settings = settings
-    return state
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:  # a torn or foreign file must not be silently replaced
+        raise StateError(f"{path}: unreadable checker state ({exc}); move it away to start a new history") from None
+    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+        raise StateError(f"{path}: not a Vigil checker state; move it away to start a new history")
+    if doc.get("version") != STATE_VERSION:
+        raise StateError(f"{path}: checker state version {doc.get('version')!r} cannot be read by this version "
+                         f"(state version {STATE_VERSION}); move {directory} away to start a new history")
+    try:
+        return WatchState.from_doc(doc, settings)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"{path}: damaged checker state ({type(exc).__name__}: {exc}); move it away to start a "
+                         "new history") from None
 
 
 def save(directory: Path, state: WatchState) -> int:
     """Atomically replace the saved state; returns its size in bytes."""
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / (STATE_FILE + ".tmp")
+    data = json.dumps(state.to_doc(), separators=(",", ":")).encode()
     with tmp.open("wb") as f:
-        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
-        size = f.tell()
     os.replace(tmp, directory / STATE_FILE)
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return size
+    return len(data)

@@ -14,7 +14,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from monitor.config import Config, parse
-from monitor.ledger import LedgerBook
+from monitor.audit.book import LedgerBook
 
 VIGIL = [sys.executable, "-m", "monitor"]
 

@@ -12,8 +12,8 @@ import time
 from monitor import record_format
 from monitor.canary.runner import WriterThread, open_writer
 from monitor.config import WriterConfig
-from monitor.ledger import LedgerBook
-from monitor.outcomes import TxnOutcome, WriteOutcome
+from invariants.ledger_format import TxnOutcome, WriteOutcome
+from monitor.audit.book import LedgerBook
 from monitor.record_format import CanaryRecord, writer_id_for
 
 from tests.integration.helpers import VIGIL, read_all, read_ledger, vigil_json
@@ -21,7 +21,7 @@ from tests.integration.helpers import VIGIL, read_all, read_ledger, vigil_json
 
 def _writes_of(book: LedgerBook, instance: str):
     wid = writer_id_for(instance)
-    return {k: v for k, v in book.writes.items() if k[0] == wid}
+    return {k: v for k, v in book.writes.items() if k.writer_id == wid}
 
 
 def _decoded(records):
@@ -56,7 +56,7 @@ def test_idempotent_60s_at_1000_per_second(cluster_ready, topics):
         assert rec is not None, f"acked write p{partition} seq {seq} missing at offset {st.offset}"
         assert (rec.writer_id, rec.incarnation, rec.seq) == (wid, inc, seq)
     # every partition got canary traffic
-    assert {k[3] for k in writes} == set(range(topics.canary.partitions))
+    assert {k.partition for k in writes} == set(range(topics.canary.partitions))
 
 
 def test_transactional_reads_match_outcomes(cluster_ready, topics):
@@ -72,15 +72,15 @@ def test_transactional_reads_match_outcomes(cluster_ready, topics):
     wid = writer_id_for("it-txn")
     inc = summary["incarnation"]
     committed, aborted = set(), set()
-    for (w, i, txn_id), t in book.txns.items():
-        if (w, i) != (wid, inc):
+    for tkey, t in book.txns.items():
+        if (tkey.writer_id, tkey.inc) != (wid, inc):
             continue
         target = committed if t.outcome is TxnOutcome.COMMITTED else aborted
         assert t.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED)
         for key in t.writes:
             st = book.writes[key]
             assert st.outcome is WriteOutcome.ACKED
-            target.add((key[3], st.offset, key[4]))
+            target.add((key.partition, st.offset, key.seq))
     assert len(committed) == 4 * txns["committed"] and len(aborted) == 4 * txns["aborted"]
 
     def mine(isolation):
@@ -145,8 +145,8 @@ def test_kill9_producer_gets_new_incarnation(cluster_ready, topics):
     dead, alive = incs[-2], incs[-1]
     assert alive == dead + 1
 
-    dead_writes = {k: v for k, v in book.writes.items() if k[0] == wid and k[1] == dead}
-    alive_writes = {k: v for k, v in book.writes.items() if k[0] == wid and k[1] == alive}
+    dead_writes = {k: v for k, v in book.writes.items() if k.writer_id == wid and k.inc == dead}
+    alive_writes = {k: v for k, v in book.writes.items() if k.writer_id == wid and k.inc == alive}
     dead_outcomes = collections.Counter(v.outcome for v in dead_writes.values())
     assert dead_outcomes[WriteOutcome.PENDING] == 0
     assert set(dead_outcomes) <= {WriteOutcome.ACKED, WriteOutcome.INDETERMINATE}

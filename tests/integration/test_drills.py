@@ -10,10 +10,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from monitor import record_format
-from monitor.drill_table import DRILL_KINDS, expected_counts
-from monitor.outcomes import TxnOutcome, WriteOutcome
+from monitor.drill_table import DRILL_KINDS
+from invariants.ledger_format import TxnOutcome, WriteOutcome
+from invariants.model import TxnKey
 from monitor.record_format import CanaryRecord
 
+from tests.drill_rows import drill_row
 from tests.integration.helpers import VIGIL, read_all, read_ledger, vigil_json
 
 
@@ -36,14 +38,13 @@ def test_drill_writes_what_it_reports(cluster_ready, topics, kind):
     report = vigil_json(env["config_path"], "drill", kind, "--count", "2", "--partition", "1")
     assert report["kind"] == kind and report["count"] == 2 and report["partition"] == 1
     assert report["topic_id"] == topics.canary.topic_id
-    assert {(e["invariant"], e["isolation"]): e["count"] for e in report["expected"]} == {
-        (inv.value, iso.value): n for (inv, iso), n in expected_counts(kind, 2).items()}
+    assert {(e["invariant"], e["isolation"]): e["count"] for e in report["expected"]} == drill_row(kind, 2)
     wid, inc, p = report["writer_id"], report["incarnation"], report["partition"]
     book = read_ledger(env["bootstrap"], env["config"].ledger.topic)
     mine = _records(env, topics.canary.name, "read_uncommitted", wid)
     mine = {k: v for k, v in mine.items() if v[0].incarnation == inc}
     seqs = _seqs_at(mine, p)
-    ledger = {k[4]: v for k, v in book.writes.items() if k[0] == wid and k[1] == inc}
+    ledger = {k.seq: v for k, v in book.writes.items() if k.writer_id == wid and k.inc == inc}
     assert all(rec.drill for rec, _v in mine.values())
     injected = report["injected"]
 
@@ -86,14 +87,14 @@ def test_drill_writes_what_it_reports(cluster_ready, topics, kind):
         committed = _seqs_at(_records(env, topics.canary.name, "read_committed", wid), p)
         for seq, off in zip(item["seqs"], item["offsets"]):
             assert committed[off] == seq
-        assert book.txns[(wid, inc, item["txn_id"])].outcome is TxnOutcome.ABORTED
+        assert book.txns[TxnKey(wid, inc, item["txn_id"])].outcome is TxnOutcome.ABORTED
         assert len(item["seqs"]) == 2
     elif kind == "partial_txn":
         committed = _seqs_at(_records(env, topics.canary.name, "read_committed", wid), p)
         for item in injected:
             assert committed[item["written"]["offset"]] == item["written"]["seq"]
             assert item["missing_seq"] not in seqs.values()
-            txn = book.txns[(wid, inc, item["txn_id"])]
+            txn = book.txns[TxnKey(wid, inc, item["txn_id"])]
             assert txn.outcome is TxnOutcome.COMMITTED and len(txn.writes) == 2
         assert len(injected) == 2
     elif kind == "outcome_gap":
@@ -139,7 +140,7 @@ def test_lso_stuck_holds_the_last_stable_offset(cluster_ready, topics):
     assert item["partition"] == partition and item["held_s"] == 10
     assert rc_sees_marker(10) is True
     book = read_ledger(env["bootstrap"], env["config"].ledger.topic)
-    assert book.txns[(report["writer_id"], report["incarnation"], item["txn_id"])].outcome is TxnOutcome.ABORTED
+    assert book.txns[TxnKey(report["writer_id"], report["incarnation"], item["txn_id"])].outcome is TxnOutcome.ABORTED
     ru = _records(env, topics.canary.name, "read_uncommitted", report["writer_id"])
     assert ru[(partition, item["offset"])][0].seq == item["seq"]
     rc = _records(env, topics.canary.name, "read_committed", report["writer_id"])

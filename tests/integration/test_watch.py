@@ -8,7 +8,8 @@ from collections import Counter
 
 import yaml
 
-from monitor.drill_table import DRILL_KINDS, expected_counts
+from monitor.drill_table import DRILL_KINDS
+from tests.drill_rows import drill_row
 from tests.integration.helpers import read_all, vigil_json
 from tests.integration.watch_helpers import (
     DASHBOARD, RULES, Background, Prometheus, audit_counts, expected_checked, live_history, metrics_up, nonzero, sample, violations,
@@ -69,7 +70,7 @@ def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_
             if kind == "lso_stuck":
                 args += ["--hold", "12"]
             report = vigil_json(path, *args)
-            want = {(inv.value, iso.value): n for (inv, iso), n in expected_counts(kind, count).items()}
+            want = drill_row(kind, count)
             assert {(e["invariant"], e["isolation"]): e["count"] for e in report["expected"]} == want
             done = time.monotonic()
 

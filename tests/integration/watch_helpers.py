@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from invariants.catalog import Invariant, Isolation
 from monitor.config import Config, parse
-from monitor.ledger import LedgerBook
-from monitor.outcomes import TxnOutcome, WriteOutcome
+from invariants.ledger_format import TxnOutcome, WriteOutcome
+from invariants.model import TxnKey
+from monitor.audit.book import LedgerBook
 from tests.integration.helpers import VIGIL, read_ledger
 
 HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",
@@ -131,8 +132,8 @@ def expected_checked(cfg: Config) -> dict[str, int]:
     book: LedgerBook = read_ledger(cfg.kafka.bootstrap_servers, cfg.ledger.topic)
     acked = [(k, st) for k, st in book.writes.items() if st.outcome is WriteOutcome.ACKED]
     committed = 0
-    for (wid, inc, *_rest), st in acked:
-        txn = book.txns.get((wid, inc, st.txn_id)) if st.txn_id else None
+    for k, st in acked:
+        txn = book.txns.get(TxnKey(k.writer_id, k.inc, st.txn_id)) if st.txn_id else None
         committed += txn is None or txn.outcome is TxnOutcome.COMMITTED
     return {"read_uncommitted": len(acked), "read_committed": committed}
 

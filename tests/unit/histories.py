@@ -8,7 +8,7 @@ records, so its expected effect is exact and independent of the others.
 from __future__ import annotations
 
 import itertools
-import pickle
+import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,34 +16,35 @@ from typing import Any
 
 from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
+from invariants.ledger_format import (
+    Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange,
+    WriterRef,
+)
 from invariants.model import Read, Settings
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 TOPIC = "t-0001"
 I = Invariant
 
-KINDS = ("clean", "lost", "hole", "duplicate", "reorder", "zero", "mismatch", "inconsistent", "aborted_read",
-         "honest_abort", "partial", "torn", "gap", "indeterminate", "committed_txn", "unknown_txn",
-         "unknown_torn", "far", "hole_in_run", "unacked_aborted_read", "landed_abort", "zombie")
-
 EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
-    "clean": {}, "honest_abort": {}, "indeterminate": {}, "committed_txn": {}, "unknown_txn": {},
-    "unknown_torn": {(I.PARTIAL_TXN, RC): 1},
-    "far": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
-    "hole_in_run": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
-    "unacked_aborted_read": {(I.ABORTED_READ, RC): 2}, "landed_abort": {}, "zombie": {},
-    "lost": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
-    "hole": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "clean": {}, "clean_abort": {}, "unacked_writes": {}, "clean_commit": {}, "undecided_txn_visible": {},
+    "partial_txn_undecided": {(I.PARTIAL_TXN, RC): 1},
+    "lost_write_outside_window": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "lost_write_in_run": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "aborted_read_unacked": {(I.ABORTED_READ, RC): 2}, "clean_abort_landed_late": {}, "zombie_writer_ignored": {},
+    "lost_write": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
+    "lost_write_truncated": {(I.LOST_WRITE, RC): 1, (I.LOST_WRITE, RU): 1},
     "duplicate": {(I.DUPLICATE, RC): 1, (I.DUPLICATE, RU): 1},
     "reorder": {(I.REORDER, RC): 1, (I.REORDER, RU): 1},
-    "zero": {(I.ZERO_OFFSET, RC): 1, (I.ZERO_OFFSET, RU): 1, (I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
-    "mismatch": {(I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
-    "inconsistent": {(I.INCONSISTENT_OFFSET, RC): 1, (I.INCONSISTENT_OFFSET, RU): 1},
+    "zero_offset": {(I.ZERO_OFFSET, RC): 1, (I.ZERO_OFFSET, RU): 1, (I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
+    "offset_mismatch": {(I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
+    "inconsistent_offset": {(I.INCONSISTENT_OFFSET, RC): 1, (I.INCONSISTENT_OFFSET, RU): 1},
     "aborted_read": {(I.ABORTED_READ, RC): 2},
-    "partial": {(I.PARTIAL_TXN, RC): 1},
-    "torn": {(I.PARTIAL_TXN, RC): 1, (I.LOST_WRITE, RC): 1},
-    "gap": {(I.OUTCOME_GAP, NONE): 2},
+    "partial_txn_unwritten": {(I.PARTIAL_TXN, RC): 1},
+    "partial_txn_torn": {(I.PARTIAL_TXN, RC): 1, (I.LOST_WRITE, RC): 1},
+    "outcome_gap": {(I.OUTCOME_GAP, NONE): 2},
 }
+KINDS = tuple(EFFECTS)  # each incident is named after what it shows
 
 
 @dataclass
@@ -64,12 +65,12 @@ class _Writer:
         self.inc = predecessor.inc + 1 if predecessor else 1
         self.n = 0
         self.seq: Counter[int] = Counter()
-        self.entry("start", topic=TOPIC, topic_id=TOPIC, partitions=self.h.partitions, writer={})
+        self.entry(Start(TOPIC, TOPIC, self.h.partitions))
 
-    def entry(self, kind: str, skip: int = 0, **body: Any) -> None:
+    def entry(self, body: Body, skip: int = 0) -> None:
         self.n += skip
-        self.h.ledger.append({"v": 1, "instance": f"w{self.wid}", "writer_id": self.wid, "inc": self.inc,
-                              "n": self.n, "ts_us": 1_000_000 + len(self.h.ledger), "kind": kind, **body})
+        ref = WriterRef(f"w{self.wid}", self.wid, self.inc)
+        self.h.ledger.append(LedgerEntry(ref, self.n, 1_000_000 + len(self.h.ledger), body))
         self.n += 1
 
     def seqs(self, p: int, k: int) -> list[int]:
@@ -77,25 +78,25 @@ class _Writer:
         self.seq[p] += k
         return list(range(first, first + k))
 
-    def intent(self, p: int, seqs: list[int], txn: dict | None = None) -> None:
-        writes: list[list[int]] = []
-        for s in seqs:  # contiguous seqs as one run, as the real writers record them
-            if writes and writes[-1][1] + writes[-1][2] == s:
-                writes[-1][2] += 1
+    def intent(self, p: int, seqs: list[int], txn: TxnInfo | None = None) -> None:
+        writes: list[WriteRange] = []
+        for s in seqs:  # contiguous seqs as one range, as the real writers record them
+            if writes and writes[-1].first_seq + writes[-1].count == s:
+                writes[-1] = WriteRange(p, writes[-1].first_seq, writes[-1].count + 1)
             else:
-                writes.append([p, s, 1])
-        self.entry("intent", topic_id=TOPIC, writes=writes, txn=txn)
+                writes.append(WriteRange(p, s, 1))
+        self.entry(Intent(TOPIC, tuple(writes), txn))
 
     def outcomes(self, p: int, results: list[tuple[int, str, int]]) -> None:
-        runs: list[list] = []
+        runs: list[OutcomeRun] = []
         for s, outcome, off in results:  # run-length encoded like monitor.ledger.encode_runs
             last = runs[-1] if runs else None
-            if (last and last[1] + last[2] == s and last[3] == outcome
-                    and (off == last[4] + last[2] if last[4] >= 0 else off == -1)):
-                last[2] += 1
+            if (last and last.first_seq + last.count == s and last.outcome.value == outcome
+                    and (off == last.first_offset + last.count if last.first_offset >= 0 else off == -1)):
+                runs[-1] = OutcomeRun(p, last.first_seq, last.count + 1, last.outcome, last.first_offset, 1, 2)
             else:
-                runs.append([p, s, 1, outcome, off, 1, 2, None])
-        self.entry("outcomes", topic_id=TOPIC, runs=runs)
+                runs.append(OutcomeRun(p, s, 1, WriteOutcome(outcome), off, 1, 2))
+        self.entry(Outcomes(TOPIC, tuple(runs)))
 
     def ident(self, seq: int) -> tuple[int, int, int]:
         return (self.wid, self.inc, seq)
@@ -106,7 +107,7 @@ class History:
     partitions: int
     settle: int = 4
     logs: dict[int, list[Slot]] = field(default_factory=dict)
-    ledger: list[dict[str, Any]] = field(default_factory=list)
+    ledger: list[LedgerEntry] = field(default_factory=list)
     expected: Counter = field(default_factory=Counter)
     foreign = itertools.count(1)
 
@@ -128,32 +129,32 @@ class History:
     # -- incidents -------------------------------------------------------------------------
 
     def incident(self, kind: str, p: int) -> None:
-        if kind == "gap":
+        if kind == "outcome_gap":
             w = _Writer(self)
-            w.entry("stop", skip=2)
+            w.entry(Stop(), skip=2)
             self.expected.update(EFFECTS[kind])
             return
         w = _Writer(self)
         getattr(self, f"_{kind}")(w, p)
-        w.entry("stop")
+        w.entry(Stop())
         self.expected.update(EFFECTS[kind])
 
     def _clean(self, w: _Writer, p: int) -> None:
         self.honest(w, p, 3)
 
-    def _lost(self, w: _Writer, p: int) -> None:
+    def _lost_write(self, w: _Writer, p: int) -> None:
         (_s, cover), = self.honest(w, p)
         (lie,) = w.seqs(p, 1)
         w.intent(p, [lie])
         w.outcomes(p, [(lie, "acked", cover)])
 
-    def _hole(self, w: _Writer, p: int) -> None:
+    def _lost_write_truncated(self, w: _Writer, p: int) -> None:
         (s,) = w.seqs(p, 1)
         w.intent(p, [s])
         off = self.append(p, Slot(w.ident(s), hole=True))
         w.outcomes(p, [(s, "acked", off)])
 
-    def _hole_in_run(self, w: _Writer, p: int) -> None:
+    def _lost_write_in_run(self, w: _Writer, p: int) -> None:
         """Eight writes announced in two intents, acked as one run; the seventh never reaches a reader."""
         seqs = w.seqs(p, 8)
         w.intent(p, seqs[:3])
@@ -161,32 +162,32 @@ class History:
         offs = [self.append(p, Slot(w.ident(s), hole=i == 6)) for i, s in enumerate(seqs)]
         w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
 
-    def _unacked_aborted_read(self, w: _Writer, p: int) -> None:
+    def _aborted_read_unacked(self, w: _Writer, p: int) -> None:
         """An aborted transaction whose writes timed out (indeterminate) yet read_committed sees them."""
         self._txn(w, p, 2, 0, 0, "aborted")
         for s in range(w.seq[p] - 2, w.seq[p]):
             self.honest(self.background, p, 1)
             self.append(p, Slot(w.ident(s), txn_id=1, rc=True))
 
-    def _landed_abort(self, w: _Writer, p: int) -> None:
+    def _clean_abort_landed_late(self, w: _Writer, p: int) -> None:
         """An honest abort: one write acked, one timed out but landed, both only read_uncommitted."""
         s0, s1 = w.seqs(p, 2)
-        w.intent(p, [s0, s1], {"id": 1, "size": 2, "abort": True})
+        w.intent(p, [s0, s1], TxnInfo(1, 2, True))
         o0 = self.append(p, Slot(w.ident(s0), txn_id=1, rc=False))
         self.honest(self.background, p, 2)
         self.append(p, Slot(w.ident(s1), txn_id=1, rc=False))
         w.outcomes(p, [(s0, "acked", o0), (s1, "indeterminate", -1)])
-        w.entry("txn", id=1, outcome="aborted", error=None)
+        w.entry(TxnEnd(1, TxnOutcome.ABORTED))
 
-    def _zombie(self, w: _Writer, p: int) -> None:
+    def _zombie_writer_ignored(self, w: _Writer, p: int) -> None:
         """A predecessor's outcomes and abort land after its successor started: ignored."""
         seqs = w.seqs(p, 2)
-        w.intent(p, seqs, {"id": 1, "size": 2, "abort": True})
+        w.intent(p, seqs, TxnInfo(1, 2, True))
         offs = [self.append(p, Slot(w.ident(s), txn_id=1, rc=False)) for s in seqs]
         successor = _Writer(self, w)
         w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
-        w.entry("txn", id=1, outcome="aborted", error=None)
-        successor.entry("stop")
+        w.entry(TxnEnd(1, TxnOutcome.ABORTED))
+        successor.entry(Stop())
 
     def _duplicate(self, w: _Writer, p: int) -> None:
         (s,) = w.seqs(p, 1)
@@ -203,21 +204,21 @@ class History:
         early = self.append(p, Slot(w.ident(s)))
         w.outcomes(p, [(s, "acked", early), (s1, "acked", late)])
 
-    def _zero(self, w: _Writer, p: int) -> None:
+    def _zero_offset(self, w: _Writer, p: int) -> None:
         self.honest(self.background, p, 7)  # more than one read chunk between offset 0 and it
         (s,) = w.seqs(p, 1)
         w.intent(p, [s])
         self.append(p, Slot(w.ident(s)))
         w.outcomes(p, [(s, "acked", 0)])
 
-    def _mismatch(self, w: _Writer, p: int) -> None:
+    def _offset_mismatch(self, w: _Writer, p: int) -> None:
         (_c, cover), = self.honest(w, p)
         (s,) = w.seqs(p, 1)
         w.intent(p, [s])
         self.append(p, Slot(w.ident(s)))
         w.outcomes(p, [(s, "acked", cover)])
 
-    def _far(self, w: _Writer, p: int) -> None:
+    def _lost_write_outside_window(self, w: _Writer, p: int) -> None:
         """Acked at o, but the record sits at o + settle: just outside the settle window."""
         (_c, cover), = self.honest(w, p)
         (s,) = w.seqs(p, 1)
@@ -226,41 +227,41 @@ class History:
         self.append(p, Slot(w.ident(s)))
         w.outcomes(p, [(s, "acked", cover)])
 
-    def _inconsistent(self, w: _Writer, p: int) -> None:
+    def _inconsistent_offset(self, w: _Writer, p: int) -> None:
         self.append(p, Slot(("x", next(self.foreign)), ru_ident=("x", next(self.foreign))))
 
     def _txn(self, w: _Writer, p: int, size: int, written: int, rc_visible: int, recorded: str,
              phantom_outcome: str = "indeterminate") -> None:
         seqs = w.seqs(p, size)
-        w.intent(p, seqs, {"id": 1, "size": size, "abort": recorded == "aborted"})
+        w.intent(p, seqs, TxnInfo(1, size, recorded == "aborted"))
         offs = [self.append(p, Slot(w.ident(s), txn_id=1, rc=i < rc_visible)) for i, s in enumerate(seqs[:written])]
         results = [(s, "acked", o) for s, o in zip(seqs, offs)]
         results += [(s, phantom_outcome, -1) for s in seqs[written:]]
         w.outcomes(p, results)
-        w.entry("txn", id=1, outcome=recorded, error=None)
+        w.entry(TxnEnd(1, TxnOutcome(recorded)))
 
     def _aborted_read(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 2, 2, 2, "aborted")
 
-    def _honest_abort(self, w: _Writer, p: int) -> None:
+    def _clean_abort(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 3, 3, 0, "aborted")
 
-    def _partial(self, w: _Writer, p: int) -> None:
+    def _partial_txn_unwritten(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 2, 1, 1, "committed")
 
-    def _torn(self, w: _Writer, p: int) -> None:
+    def _partial_txn_torn(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 2, 2, 1, "committed")
 
-    def _committed_txn(self, w: _Writer, p: int) -> None:
+    def _clean_commit(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 3, 3, 3, "committed")
 
-    def _unknown_txn(self, w: _Writer, p: int) -> None:
+    def _undecided_txn_visible(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 2, 2, 2, "indeterminate")
 
-    def _unknown_torn(self, w: _Writer, p: int) -> None:
+    def _partial_txn_undecided(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 3, 3, 1, "indeterminate")
 
-    def _indeterminate(self, w: _Writer, p: int) -> None:
+    def _unacked_writes(self, w: _Writer, p: int) -> None:
         seqs = w.seqs(p, 2)
         w.intent(p, seqs)
         self.append(p, Slot(w.ident(seqs[0])))
@@ -287,13 +288,19 @@ def build(partitions: int, incidents: list[tuple[str, int]], settle: int, rng: r
         h.incident(kind, p % partitions)
     for p in range(partitions):
         h.honest(h.background, p, settle + 1)  # read past everything
-    h.background.entry("stop")
+    h.background.entry(Stop())
     return h
+
+
+def restart(checker: Checker, settings: Settings) -> Checker:
+    """A monitor restart: the checker saved as its durable document (through JSON) and loaded again."""
+    return Checker.from_doc(json.loads(json.dumps(checker.to_doc())), settings)
 
 
 def run_live(h: History, settings: Settings, rng: random.Random, restart_p: float = 0.2,
              order: str = "random") -> Checker:
-    """Feed the history in random micro-batches, pickling the checker at random boundaries.
+    """Feed the history in random micro-batches, restarting the checker from its saved document at
+    random boundaries.
 
     ``order``: ``random`` interleaves ledger and reads; ``ledger_first`` / ``reads_first``
     deliver all of one before any of the other (outcomes known early / arriving late).
@@ -320,7 +327,7 @@ def run_live(h: History, settings: Settings, rng: random.Random, restart_p: floa
                 checker.apply_reads(key[0], TOPIC, key[1], chunk)
         checker.settle()
         if rng.random() < restart_p:
-            checker = pickle.loads(pickle.dumps(checker))
+            checker = restart(checker, settings)
     checker.settle()
     return checker
 

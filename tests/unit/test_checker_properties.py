@@ -56,7 +56,7 @@ def test_empty_history_yields_nothing():
 
 
 def test_clean_history_yields_nothing_and_counts_every_record():
-    h = build(3, [("clean", p) for p in range(3)] * 3 + [("honest_abort", 0)], SETTLE, random.Random(3))
+    h = build(3, [("clean", p) for p in range(3)] * 3 + [("clean_abort", 0)], SETTLE, random.Random(3))
     live = run_live(h, SETTINGS, random.Random(4))
     assert not history_counts(live.counts)
     assert live.records_checked[RU] == sum(len(h.reads(RU, p)) for p in range(3))
@@ -73,7 +73,7 @@ def test_horizon_bounds_the_state():
     assert not history_counts(live.counts)
 
 
-@pytest.mark.parametrize("kind", ["zero", "lost", "duplicate", "reorder", "partial"])
+@pytest.mark.parametrize("kind", ["zero_offset", "lost_write", "duplicate", "reorder", "partial_txn_unwritten"])
 def test_anomalies_within_the_horizon_are_found_far_into_a_partition(kind):
     """The horizon forgets old offsets, not the record at offset 0 or recent anomalies."""
     small = Settings(settle_offsets=SETTLE, horizon_offsets=60)

@@ -3,7 +3,6 @@ import threading
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
-from monitor import record_format
 from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo
 from monitor.config import WriterConfig
@@ -37,4 +36,3 @@ def test_series_exist_from_the_start_and_count_outcomes():
     assert sample("vigil_producer_writes_total", {"writer": "w", "outcome": "indeterminate"}) == 5
     assert sample("vigil_producer_ack_latency_seconds_count", {"writer": "w"}) == 5
     assert sample("vigil_producer_last_ack_timestamp_seconds", {"writer": "w"}) > 1.7e9
-    assert record_format.HEADER_SIZE == 48

@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 
 from invariants.catalog import Invariant
+from invariants.ledger_format import (
+    Intent, LedgerEntry, OutcomeRun, Outcomes, TxnInfo, WriteOutcome, WriteRange, WriterRef, encode,
+)
 from invariants.model import RU
 from monitor.config import parse
-from monitor.ledger import encode_entry
 from monitor.watch.prober import PartitionEnds, Prober
 
 
@@ -24,26 +26,29 @@ class Msg:
 
 class FakeLedger:
     def __init__(self, entries: list[dict]) -> None:
-        self.batches = [[Msg(encode_entry(e)) for e in entries]]
+        self.batches = [[Msg(encode(e)) for e in entries]]
 
     def consume(self, _n: int, _timeout: float) -> list[Msg]:
         return self.batches.pop(0) if self.batches else []
 
 
-def entry(n: int, kind: str, **body) -> dict:
-    return {"v": 1, "instance": "w", "writer_id": 7, "inc": 1, "n": n, "ts_us": 1, "kind": kind, **body}
+def entry(n: int, body) -> LedgerEntry:
+    return LedgerEntry(WriterRef("w", 7, 1), n, 1, body)
+
+
+def run(p, first, count, outcome, offset):
+    return OutcomeRun(p, first, count, WriteOutcome(outcome), offset, 1, 2, None if outcome == "acked" else "timeout")
 
 
 def test_acked_offsets_from_the_ledger_extend_what_is_available():
     prober = Prober(parse({}), lambda _v: None, threading.Event())
     prober.view.topic_id, prober.view.partitions = "T", 2
     prober.ledger = FakeLedger([
-        entry(0, "intent", topic_id="T", writes=[[0, 0, 50], [1, 0, 2]], txn=None),
-        entry(1, "outcomes", topic_id="T", runs=[[0, 0, 50, "acked", 100, 1, 2, None],
-                                                 [1, 0, 2, "indeterminate", -1, 1, 2, "timeout"]]),
-        entry(2, "intent", topic_id="T", writes=[[1, 2, 1]], txn={"id": 1, "size": 1, "abort": False}),
-        entry(3, "outcomes", topic_id="T", runs=[[1, 2, 1, "acked", 9, 1, 2, None]]),
-        entry(4, "outcomes", topic_id="OTHER", runs=[[0, 0, 5, "acked", 999, 1, 2, None]]),
+        entry(0, Intent("T", (WriteRange(0, 0, 50), WriteRange(1, 0, 2)))),
+        entry(1, Outcomes("T", (run(0, 0, 50, "acked", 100), run(1, 0, 2, "indeterminate", -1)))),
+        entry(2, Intent("T", (WriteRange(1, 2, 1),), TxnInfo(1, 1, False))),
+        entry(3, Outcomes("T", (run(1, 2, 1, "acked", 9),))),
+        entry(4, Outcomes("OTHER", (run(0, 0, 5, "acked", 999),))),
     ])
     prober._read_ledger()
     assert prober.view.ends[0].acked_end == 150  # a run of 50 acked from offset 100
@@ -54,7 +59,7 @@ def stuck_prober(**primed) -> Prober:
     """One partition whose read_uncommitted reader sits at 10 while records are acked up to 20."""
     prober = Prober(parse({"watch": {"stall_threshold_s": 5}}), lambda _v: None, threading.Event())
     if primed:
-        prober.prime(primed["open_keys"], now=primed["now"])
+        prober.prime(primed["open_episodes"], now=primed["now"])
     prober.view.topic_id, prober.view.partitions = "T", 1
     prober.view.ends[0] = PartitionEnds(high_watermark=10, lso=10, acked_end=20)
     prober.readers = {RU: object()}
@@ -73,9 +78,9 @@ def test_a_stall_is_counted_once_when_records_wait_and_the_position_does_not_mov
 def test_an_episode_open_before_a_restart_is_not_counted_again():
     before = stuck_prober()
     assert len([v for now in (0, 3, 6, 9) for v in before._judge(now)]) == 1
-    saved = before.snapshot().open_keys
+    saved = before.snapshot().open_episodes
 
-    after = stuck_prober(open_keys=saved, now=100)  # the restarted monitor
+    after = stuck_prober(open_episodes=saved, now=100)  # the restarted monitor
     assert [v for now in (100, 103, 110, 120) for v in after._judge(now)] == []  # the same episode
     after._position = lambda iso, p, consumer: 20
     after._judge(121)  # it ended

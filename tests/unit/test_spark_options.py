@@ -1,12 +1,12 @@
 from monitor.config import parse
-from monitor.watch.spark import kafka_options
+from monitor.client_config import spark_source
 
 
 def test_security_settings_reach_the_java_client_in_its_own_terms():
     cfg = parse({"kafka": {"bootstrap_servers": "k:9093", "security": {
         "protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "vigil",
         "sasl_password": 'pa"ss', "ssl_ca_location": "/etc/vigil/tls/ca.crt"}}})
-    opts = kafka_options(cfg, ledger=False)
+    opts = spark_source(cfg, ledger=False)
     assert opts["kafka.bootstrap.servers"] == "k:9093"
     assert opts["kafka.security.protocol"] == "SASL_SSL" and opts["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert opts["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
@@ -17,5 +17,5 @@ def test_security_settings_reach_the_java_client_in_its_own_terms():
 
 
 def test_plaintext_has_only_the_bootstrap():
-    assert kafka_options(parse({"kafka": {"bootstrap_servers": "k:9092"}}), ledger=True) == {
+    assert spark_source(parse({"kafka": {"bootstrap_servers": "k:9092"}}), ledger=True) == {
         "kafka.bootstrap.servers": "k:9092", "kafka.security.protocol": "PLAINTEXT"}

@@ -10,7 +10,9 @@ import pytest
 from invariants.catalog import Invariant, Isolation
 from monitor import record_format
 from monitor.config import parse
-from monitor.ledger import encode_entry
+from invariants.ledger_format import (
+    Intent, LedgerEntry, OutcomeRun, Outcomes, WriteOutcome, WriteRange, WriterRef, encode,
+)
 from monitor.watch import state as state_store
 from monitor.watch.runtime import WatchRuntime
 
@@ -18,9 +20,8 @@ TID = "topic-id-1"
 WID = record_format.writer_id_for("w")
 
 
-def entry(n: int, kind: str, **body) -> bytes:
-    return encode_entry({"v": 1, "instance": "w", "writer_id": WID, "inc": 1, "n": n, "ts_us": 1, "kind": kind,
-                         **body})
+def entry(n: int, body) -> bytes:
+    return encode(LedgerEntry(WriterRef("w", WID, 1), n, 1, body))
 
 
 def table(rows: list[tuple[int, int, int, bytes]]) -> pa.Table:
@@ -46,11 +47,12 @@ def batch_with_lost_write(first_seq: int, count: int, lie_seq: int) -> Df:
     """Records first_seq.. at offsets = seq; the ledger claims lie_seq acked at offset first_seq + 5 (taken)."""
     rows = [(s, 0, off, canary(seq)) for s in (0, 1) for off, seq in
             enumerate(range(first_seq, first_seq + count), start=first_seq)]
-    runs = [[0, first_seq, count, "acked", first_seq, 1, 2, None], [0, lie_seq, 1, "acked", first_seq + 5, 1, 2, None]]
-    writes = [[0, first_seq, count], [0, lie_seq, 1]]
+    runs = (OutcomeRun(0, first_seq, count, WriteOutcome.ACKED, first_seq, 1, 2),
+            OutcomeRun(0, lie_seq, 1, WriteOutcome.ACKED, first_seq + 5, 1, 2))
+    writes = (WriteRange(0, first_seq, count), WriteRange(0, lie_seq, 1))
     n = first_seq // 40
-    rows += [(2, 0, 2 * n, entry(2 * n, "intent", topic_id=TID, writes=writes, txn=None)),
-             (2, 0, 2 * n + 1, entry(2 * n + 1, "outcomes", topic_id=TID, runs=runs))]
+    rows += [(2, 0, 2 * n, entry(2 * n, Intent(TID, writes))),
+             (2, 0, 2 * n + 1, entry(2 * n + 1, Outcomes(TID, runs)))]
     return Df(table(rows))
 
 
@@ -60,9 +62,9 @@ def runtime(tmp_path, monkeypatch):
 
     def make() -> WatchRuntime:
         rt = WatchRuntime(cfg)
-        monkeypatch.setattr(rt, "topic_id_of", lambda name: TID)
-        monkeypatch.setattr(rt, "topic_name_of", lambda tid: "canary")
-        monkeypatch.setattr(rt, "leader_of", lambda tid, p: 1)
+        monkeypatch.setattr(rt.topics, "topic_id_of", lambda name: TID)
+        monkeypatch.setattr(rt.topics, "topic_name_of", lambda tid: "canary")
+        monkeypatch.setattr(rt.topics, "leader_of", lambda tid, p: 1)
         return rt
 
     return make

@@ -1,5 +1,4 @@
 import collections
-import json
 import random
 import threading
 
@@ -11,8 +10,10 @@ from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo
 from monitor.config import WriterConfig
 from monitor.identity import WriterIdentity
-from monitor.ledger import LedgerBook, LedgerWriter
-from monitor.outcomes import TxnOutcome, WriteOutcome
+from invariants.ledger_format import Intent, TxnOutcome, WriteOutcome, decode
+from invariants.model import WriteKey
+from monitor.audit.book import LedgerBook
+from monitor.ledger import LedgerWriter
 
 from tests.unit.fakes import FakeProducer
 
@@ -52,7 +53,7 @@ def test_round_robin_over_every_partition_and_seqs_only_grow():
     book = _book(log)
     assert len(book.writes) == 30 and book.by_outcome()[WriteOutcome.ACKED] == 30
     assert book.gaps() == {} and w.in_flight == 0
-    kinds = [json.loads(v)["kind"] for v in log[("ledger", 0)]]
+    kinds = [decode(v).kind for v in log[("ledger", 0)]]
     assert kinds[0] == "start" and kinds[-1] == "stop" and "intent" in kinds
 
 
@@ -62,9 +63,9 @@ def test_intent_is_durable_before_the_records_are_sent():
     original = w.send
 
     def send(p, seq, *a, **k):
-        intents = [json.loads(v) for v in log.get(("ledger", 0), []) if json.loads(v)["kind"] == "intent"]
-        seen_intents.append(any(i["writes"] and any(r[0] == p and r[1] <= seq < r[1] + r[2] for r in i["writes"])
-                                for i in intents))
+        intents = [e.body for e in map(decode, log.get(("ledger", 0), [])) if isinstance(e.body, Intent)]
+        seen_intents.append(any(r.partition == p and r.first_seq <= seq < r.first_seq + r.count
+                                for i in intents for r in i.writes))
         return original(p, seq, *a, **k)
 
     w.send = send
@@ -86,9 +87,9 @@ def test_errors_are_classified_and_seqs_never_reused():
     book = _book(log)
     outcomes = collections.Counter(st.outcome for st in book.writes.values())
     assert outcomes == {WriteOutcome.ACKED: 9, WriteOutcome.INDETERMINATE: 2, WriteOutcome.FAILED: 1}
-    assert book.writes[(w.identity.writer_id, 4, "TID", 1, 0)].error == "_MSG_TIMED_OUT"
+    assert book.writes[WriteKey("TID", 1, w.identity.writer_id, 4, 0)].error == "_MSG_TIMED_OUT"
     # the ambiguous seqs were not reused: every planned seq is distinct per partition
-    assert sorted(k[4] for k in book.writes if k[3] == 1) == [0, 1, 2, 3]
+    assert sorted(k.seq for k in book.writes if k.partition == 1) == [0, 1, 2, 3]
 
 
 def test_acks0_is_unconfirmed():
@@ -136,8 +137,8 @@ def test_transactional_writer_records_intents_and_outcomes():
     assert len(book.txns) == 10
     assert sum(t.outcome is TxnOutcome.ABORTED for t in book.txns.values()) == w.txn_counts[TxnOutcome.ABORTED] > 0
     assert all(t.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED) for t in book.txns.values())
-    for (wid, inc, txn_id), t in book.txns.items():
-        assert len(t.writes) == 4 and len({k[3] for k in t.writes}) == 3  # spans partitions
+    for t in book.txns.values():
+        assert len(t.writes) == 4 and len({k.partition for k in t.writes}) == 3  # spans partitions
         assert t.intended_abort == (t.outcome is TxnOutcome.ABORTED)
     assert prods[0].txn_calls[0] == "init"
 

@@ -1,0 +1,280 @@
+"""The outcome ledger's wire format: one frozen dataclass per entry kind, one encoder, one decoder.
+
+Every writer appends entries to the ledger topic; everything that reads the ledger (the live
+checker, the prober, the audit, the tests) decodes them here, and nothing builds or unpacks an
+entry any other way. An entry is a :class:`LedgerEntry`: who wrote it (:class:`WriterRef`:
+instance id, 64-bit writer id, incarnation), its number ``n`` (per writer, from 0, so a lost
+entry is a detectable gap), the writer's clock ``ts_us``, and a body:
+
+``Start``     the writer's topic (name, ID, partitions) and settings (acks, idempotence, ...)
+``Intent``    writes about to be sent (ranges of seqs per partition) and, for a transaction,
+              its id, size and whether it is meant to be aborted — durable *before* the send
+``Outcomes``  run-length encoded outcomes: seq ``first_seq + i`` got ``first_offset + i``
+              (offset -1 unless acked)
+``TxnEnd``    a transaction's outcome (``committed``/``aborted`` only when that call returned)
+``Stop``      clean shutdown: every intent of this incarnation has an outcome
+
+On the wire an entry is one JSON object (``{"v": 1, "instance", "writer_id", "inc", "n",
+"ts_us", "kind", ...body}``; outcome runs are compact lists). JSON is not I/O: encoding and
+decoding are pure. :func:`decode` returns a :class:`LedgerEntry` or raises
+:class:`LedgerFormatError` saying what is wrong (an entry of an unknown version names it);
+callers count those as malformed and carry on.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from invariants.errors import VigilError
+
+LEDGER_VERSION = 1
+
+
+class WriteOutcome(str, enum.Enum):
+    """The outcome of one write (see ``monitor/outcomes.py`` for how client errors map onto it)."""
+
+    ACKED = "acked"
+    FAILED = "failed"
+    INDETERMINATE = "indeterminate"
+    UNCONFIRMED = "unconfirmed"
+    PENDING = "pending"  # intent recorded, outcome not (yet) known
+
+
+class TxnOutcome(str, enum.Enum):
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    INDETERMINATE = "indeterminate"
+    PENDING = "pending"
+
+
+class LedgerFormatError(VigilError):
+    """Bytes that are not a ledger entry this version of Vigil reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriterRef:
+    """Who wrote an entry: one writer incarnation of one Vigil instance."""
+
+    instance: str
+    writer_id: int
+    inc: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSettings:
+    """What a writer does, as recorded in its ``Start`` entry."""
+
+    name: str = ""
+    role: str = "canary"  # canary | drill | bench
+    acks: str = "all"
+    idempotence: bool = True
+    transactional: bool = False
+    message_timeout_ms: int = 30000
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    topic: str
+    topic_id: str
+    partitions: int
+    settings: WriterSettings = field(default_factory=WriterSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRange:
+    partition: int
+    first_seq: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnInfo:
+    id: int
+    size: int
+    abort: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    topic_id: str
+    writes: tuple[WriteRange, ...]
+    txn: TxnInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRun:
+    """Seqs ``first_seq .. first_seq + count - 1`` of one partition, all with ``outcome``; when
+    acked, ``first_seq + i`` sits at ``first_offset + i``."""
+
+    partition: int
+    first_seq: int
+    count: int
+    outcome: WriteOutcome
+    first_offset: int
+    send_ts_us: int
+    done_ts_us: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    topic_id: str
+    runs: tuple[OutcomeRun, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    id: int
+    outcome: TxnOutcome
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    pass
+
+
+Body = Union[Start, Intent, Outcomes, TxnEnd, Stop]
+KINDS: dict[type, str] = {Start: "start", Intent: "intent", Outcomes: "outcomes", TxnEnd: "txn", Stop: "stop"}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    writer: WriterRef
+    n: int
+    ts_us: int
+    body: Body
+
+    @property
+    def kind(self) -> str:
+        return KINDS[type(self.body)]
+
+
+# -- encoding --------------------------------------------------------------------------------
+
+
+def _settings_json(s: WriterSettings) -> dict[str, Any]:
+    return {"name": s.name, "role": s.role, "acks": s.acks, "idempotence": s.idempotence,
+            "transactional": s.transactional, "message_timeout_ms": s.message_timeout_ms}
+
+
+def _run_json(r: OutcomeRun) -> list[Any]:
+    return [r.partition, r.first_seq, r.count, r.outcome.value, r.first_offset, r.send_ts_us, r.done_ts_us, r.error]
+
+
+def _body_json(body: Body) -> dict[str, Any]:
+    if isinstance(body, Start):
+        return {"topic": body.topic, "topic_id": body.topic_id, "partitions": body.partitions,
+                "writer": _settings_json(body.settings)}
+    if isinstance(body, Intent):
+        txn = None if body.txn is None else {"id": body.txn.id, "size": body.txn.size, "abort": body.txn.abort}
+        return {"topic_id": body.topic_id, "writes": [[w.partition, w.first_seq, w.count] for w in body.writes],
+                "txn": txn}
+    if isinstance(body, Outcomes):
+        return {"topic_id": body.topic_id, "runs": [_run_json(r) for r in body.runs]}
+    if isinstance(body, TxnEnd):
+        return {"id": body.id, "outcome": body.outcome.value, "error": body.error}
+    return {}
+
+
+def encode(entry: LedgerEntry) -> bytes:
+    """The wire form of one entry; anything but a :class:`LedgerEntry` is a programming error."""
+    if not isinstance(entry, LedgerEntry) or type(entry.body) not in KINDS:
+        raise TypeError(f"encode takes a LedgerEntry with a body of {sorted(k.__name__ for k in KINDS)}, "
+                        f"not {type(entry).__name__}")
+    w = entry.writer
+    obj = {"v": LEDGER_VERSION, "instance": w.instance, "writer_id": w.writer_id, "inc": w.inc, "n": entry.n,
+           "ts_us": entry.ts_us, "kind": entry.kind, **_body_json(entry.body)}
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+
+def _req(obj: dict[str, Any], key: str, typ: type | tuple[type, ...]) -> Any:
+    value = obj.get(key)
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        raise LedgerFormatError(f"field {key!r} missing or not {getattr(typ, '__name__', typ)}")
+    return value
+
+
+def _ints(values: Any, n: int, what: str) -> list[int]:
+    if not isinstance(values, list) or len(values) != n or not all(isinstance(v, int) for v in values):
+        raise LedgerFormatError(f"{what}: expected {n} integers, got {values!r}")
+    return values
+
+
+def _settings(raw: Any) -> WriterSettings:
+    if not isinstance(raw, dict):
+        return WriterSettings()
+    if "drill" in raw:  # drills and the bench write their own role markers
+        return WriterSettings(name=str(raw["drill"]), role="drill")
+    if "bench" in raw:
+        return WriterSettings(name="bench", role="bench")
+    acks = str(raw.get("acks", "all"))
+    return WriterSettings(name=str(raw.get("name", "")), role=str(raw.get("role", "canary")), acks=acks,
+                          idempotence=bool(raw.get("idempotence", acks == "all")),
+                          transactional=bool(raw.get("transactional", False)),
+                          message_timeout_ms=int(raw.get("message_timeout_ms", 30000)))
+
+
+def _run(raw: Any) -> OutcomeRun:
+    if not isinstance(raw, list) or len(raw) != 8:
+        raise LedgerFormatError(f"outcome run: expected 8 fields, got {raw!r}")
+    p, first, count, outcome, offset, send, done, error = raw
+    _ints([p, first, count, offset, send, done], 6, "outcome run")
+    try:
+        out = WriteOutcome(outcome)
+    except ValueError:
+        raise LedgerFormatError(f"outcome run: unknown outcome {outcome!r}") from None
+    if error is not None and not isinstance(error, str):
+        raise LedgerFormatError(f"outcome run: error {error!r} is not text")
+    return OutcomeRun(p, first, count, out, offset, send, done, error)
+
+
+def _body(kind: str, obj: dict[str, Any]) -> Body:
+    if kind == "start":
+        return Start(_req(obj, "topic", str), _req(obj, "topic_id", str), _req(obj, "partitions", int),
+                     _settings(obj.get("writer")))
+    if kind == "intent":
+        writes = tuple(WriteRange(*_ints(w, 3, "intent write")) for w in _req(obj, "writes", list))
+        raw_txn = obj.get("txn")
+        txn = None
+        if raw_txn is not None:
+            if not isinstance(raw_txn, dict):
+                raise LedgerFormatError(f"intent txn: {raw_txn!r} is not an object")
+            txn = TxnInfo(int(_req(raw_txn, "id", int)), int(_req(raw_txn, "size", int)), bool(raw_txn.get("abort")))
+        return Intent(_req(obj, "topic_id", str), writes, txn)
+    if kind == "outcomes":
+        return Outcomes(_req(obj, "topic_id", str), tuple(_run(r) for r in _req(obj, "runs", list)))
+    if kind == "txn":
+        try:
+            outcome = TxnOutcome(obj.get("outcome"))
+        except ValueError:
+            raise LedgerFormatError(f"txn: unknown outcome {obj.get('outcome')!r}") from None
+        error = obj.get("error")
+        return TxnEnd(_req(obj, "id", int), outcome, error if isinstance(error, str) else None)
+    if kind == "stop":
+        return Stop()
+    raise LedgerFormatError(f"unknown entry kind {kind!r}")
+
+
+def decode(value: bytes | None) -> LedgerEntry:
+    """The entry in ``value``; :class:`LedgerFormatError` says why it is not one."""
+    if not value:
+        raise LedgerFormatError("empty value")
+    try:
+        obj = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LedgerFormatError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise LedgerFormatError("not a JSON object")
+    version = obj.get("v")
+    if version != LEDGER_VERSION:
+        raise LedgerFormatError(f"ledger entry version {version!r} is not readable by this Vigil "
+                                f"(it reads version {LEDGER_VERSION})")
+    writer = WriterRef(_req(obj, "instance", str), _req(obj, "writer_id", int), _req(obj, "inc", int))
+    return LedgerEntry(writer, _req(obj, "n", int), _req(obj, "ts_us", int), _body(_req(obj, "kind", str), obj))

@@ -1,0 +1,84 @@
+"""What one reader has read of one partition: the shared index every family judges against.
+
+Per reader (isolation level), topic ID and partition, a :class:`PartitionView` keeps the first
+offset read (``start``), the ``frontier`` (highest offset read + 1), the record at offset 0,
+which record sits at each offset read (``at``) and where each canary record was read
+(``reads_of``). Offsets more than ``horizon_offsets`` behind the frontier are forgotten
+(``start``, ``frontier`` and the record at offset 0 are kept), so the index is bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from invariants.model import Ident, is_canary
+
+
+@dataclass
+class PartitionView:
+    start: int | None = None
+    frontier: int = 0
+    forgotten_below: int = 0
+    zero: Ident | None = None  # the record read at offset 0
+    at: dict[int, Ident] = field(default_factory=dict)
+    reads_of: dict[Ident, list[int]] = field(default_factory=dict)  # canary records only
+
+    def record(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
+        """Note a first read of offset ``off`` (at or above the frontier).
+
+        Returns the offsets this canary record was read at before (None for a first read of the
+        record, or a foreign one) and whether the record was read at a new offset now.
+        """
+        if self.start is None:
+            self.start = off
+        if off == 0:
+            self.zero = ident
+        self.at[off] = ident
+        self.frontier = off + 1
+        if not is_canary(ident):
+            return None, False
+        prev = self.reads_of.get(ident)
+        if prev is None:
+            self.reads_of[ident] = [off]
+            return None, True
+        if off in prev:
+            return prev, False
+        prev.append(off)
+        return prev, True
+
+    def forget(self, horizon: int) -> None:
+        """Forget offsets more than ``horizon`` behind the frontier."""
+        cut = self.frontier - horizon
+        if cut <= self.forgotten_below:
+            return
+        for off in range(max(self.forgotten_below, self.start or 0), cut):
+            ident = self.at.pop(off, None)
+            if ident is not None:
+                seen = self.reads_of.get(ident)
+                if seen is not None and max(seen) < cut:
+                    del self.reads_of[ident]
+        self.forgotten_below = cut
+
+    # -- durable form ----------------------------------------------------------------------
+
+    def to_doc(self) -> dict[str, Any]:
+        """``reads`` holds every canary record with all offsets it was read at (``at`` is rebuilt
+        from it: its canary entries are exactly those offsets not yet forgotten)."""
+        return {"start": self.start, "frontier": self.frontier, "forgotten_below": self.forgotten_below,
+                "zero": None if self.zero is None else list(self.zero),
+                "reads": [[*ident, *offs] for ident, offs in self.reads_of.items()],
+                "foreign": [[off, *ident[1:]] for off, ident in self.at.items() if not is_canary(ident)]}
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> "PartitionView":
+        v = cls(d["start"], d["frontier"], d["forgotten_below"], None if d["zero"] is None else tuple(d["zero"]))
+        for wid, inc, seq, *offs in d["reads"]:
+            ident = (wid, inc, seq)
+            v.reads_of[ident] = offs
+            for off in offs:
+                if off >= v.forgotten_below:
+                    v.at[off] = ident
+        for off, *digest in d["foreign"]:
+            v.at[off] = ("x", *digest)
+        return v

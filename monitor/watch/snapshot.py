@@ -1,0 +1,40 @@
+"""What the watch exports, computed from its durable state and the prober's last view."""
+
+from __future__ import annotations
+
+import time
+
+from invariants.catalog import series
+from invariants.model import RC
+from monitor.metrics import WatchSnapshot
+from monitor.watch.prober import ProbeView
+from monitor.watch.state import WatchState
+
+
+def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, last_progress: dict,
+                   last_batch: float, up: bool, state_bytes: int) -> WatchSnapshot:
+    ck = st.checker
+    violations = {k: ck.counts.get(k, 0) + st.liveness.get(k, 0) for k in series()}
+    lag, progress = {}, {}
+    for key, frontier in ck.frontiers().items():
+        if key.topic_id != view.topic_id:
+            continue
+        ends = view.ends.get(key.partition)
+        if ends is not None:
+            end = ends.lso if key.iso is RC else ends.high_watermark
+            lag[(key.iso, key.partition)] = max(0, end - frontier)
+        if key in last_progress:
+            progress[(key.iso, key.partition)] = last_progress[key]
+    led = {b: 0 for b in view.brokers}
+    for leader in view.leaders.values():
+        if leader >= 0:
+            led[leader] = led.get(leader, 0) + 1
+    return WatchSnapshot(
+        violations=violations, records_checked=dict(ck.records_checked), expired_unread=ck.expired_unread,
+        malformed=dict(st.malformed), aborted_allowed=ck.aborted_allowed,
+        unseen=ck.unseen(int(time.time() * 1e6), unseen_after_s),
+        e2e_counts={k: v.tolist() for k, v in st.e2e_counts.items()}, e2e_sum=dict(st.e2e_sum),
+        lag=lag, last_progress=progress, last_batch=last_batch, up=int(up),
+        restarts=st.restarts, led=led, stalls_open=dict(view.open_stalls), state_bytes=state_bytes,
+        batches=st.batches,
+    )

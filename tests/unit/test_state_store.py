@@ -1,0 +1,53 @@
+"""The watch's durable state: a versioned document, read back exactly, older versions refused clearly."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from invariants.model import Settings
+from monitor.watch import state as state_store
+from tests.unit.histories import build, run_live
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SETTINGS = Settings(settle_offsets=4, horizon_offsets=100_000)
+
+
+def test_a_state_written_by_vigil_0_1_is_refused_naming_its_version(tmp_path):
+    shutil.copy(FIXTURES / "state_v1" / "vigil-state.pkl", tmp_path / "vigil-state.pkl")
+    with pytest.raises(state_store.StateError, match="version 1 .* cannot be read by this version .*state version 2"
+                       ".*move .* away"):
+        state_store.load(tmp_path, SETTINGS)
+
+
+def test_the_saved_document_loads_back_to_the_same_state(tmp_path):
+    h = build(2, [("lost_write", 0), ("duplicate", 1), ("partial_txn_unwritten", 0), ("aborted_read", 1), ("outcome_gap", 0)], 4, random.Random(1))
+    st = state_store.WatchState(SETTINGS, batch_id=7)
+    st.checker = run_live(h, SETTINGS, random.Random(2), restart_p=0.0)
+    st.malformed["foreign"] += 3
+    st.restarts, st.batches = 2, 9
+    st.incidents["T/1"] = ("20260101T000000Z-T-p1-lost_write", 1.5)
+    size = state_store.save(tmp_path, st)
+    doc = json.loads((tmp_path / state_store.STATE_FILE).read_bytes())
+    assert doc["format"] == "vigil-watch-state" and doc["version"] == state_store.STATE_VERSION
+    assert size == (tmp_path / state_store.STATE_FILE).stat().st_size
+    back = state_store.load(tmp_path, SETTINGS)
+    assert back.to_doc() == st.to_doc()
+    assert {k: n for k, n in back.checker.counts.items() if n} == dict(h.expected)  # what was injected
+    assert back.malformed == {"foreign": 3} and back.incidents == st.incidents
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"garbage", "unreadable"),
+    (b'{"format": "something-else"}', "not a Vigil checker state"),
+    (b'{"format": "vigil-watch-state", "version": 99}', "version 99 cannot be read"),
+    (b'{"format": "vigil-watch-state", "version": 2}', "damaged"),
+])
+def test_a_bad_state_file_is_an_error_never_a_silent_reset(tmp_path, content, why):
+    (tmp_path / state_store.STATE_FILE).write_bytes(content)
+    with pytest.raises(state_store.StateError, match=why):
+        state_store.load(tmp_path, SETTINGS)
