@@ -24,9 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
-from invariants.ledger_format import (
-    Intent, LedgerEntry, Outcomes, Start, Stop, TxnEnd, TxnOutcome, WriteOutcome,
-)
+from invariants.ledger_format import Intent, LedgerEntry, Outcomes, Start, Stop, TxnEnd, TxnOutcome, WriteOutcome
 from invariants.model import TxnKey, WriteKey
 
 # -- events ----------------------------------------------------------------------------------

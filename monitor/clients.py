@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic

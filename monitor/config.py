@@ -12,7 +12,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -376,52 +376,3 @@ def expand_env(data: Any, where: str = "") -> Any:
             return os.environ[m.group(1)]
         return _ENV_REF.sub(sub, data)
     return data
-
-
-def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(key, type, default, description) for every leaf key, for the docs table."""
-    rows: list[tuple[str, str, str, str]] = []
-    for name, field in model.model_fields.items():
-        key = f"{prefix}{name}"
-        ann = field.annotation
-        nested = _nested_model(ann)
-        if nested is not None and name != "writers":
-            rows.extend(reference_rows(nested, key + "."))
-            continue
-        if name == "writers":
-            rows.append((key, "list of writers", "idempotent (200/s) and txn (40/s)", field.description or ""))
-            rows.extend(reference_rows(WriterConfig, key + "[]."))
-            continue
-        default = field.get_default(call_default_factory=True)
-        if isinstance(default, SecretStr):
-            default = "***"
-        rows.append((key, _type_name(ann), "" if default is None else repr(default), field.description or ""))
-    return rows
-
-
-def _nested_model(ann: Any) -> type[BaseModel] | None:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in get_args(ann):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
-
-
-def _type_name(ann: Any) -> str:
-    origin = get_origin(ann)
-    if origin is Literal:
-        return " \\| ".join(str(a) for a in get_args(ann))
-    if origin is dict:
-        return "mapping"
-    args = [a for a in get_args(ann) if a is not type(None)]
-    if args and origin is not None:
-        return _type_name(args[0])
-    return getattr(ann, "__name__", str(ann))
-
-
-def reference_markdown() -> str:
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for key, typ, default, desc in reference_rows():
-        lines.append(f"| `{key}` | {typ} | `{default}` | {desc} |" if default else f"| `{key}` | {typ} | | {desc} |")
-    return "\n".join(lines)

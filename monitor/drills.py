@@ -10,15 +10,16 @@ was injected.
 
 from __future__ import annotations
 
-from invariants.errors import VigilError
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from confluent_kafka import Producer
 
+from invariants.errors import VigilError
 from invariants.ledger_format import (
-    Intent, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterSettings,
+    Intent, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange,
+    WriterSettings,
 )
 from monitor import client_config, clients, record_format
 from monitor.canary.runner import Topics, open_ledger

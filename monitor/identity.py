@@ -13,7 +13,6 @@ StatefulSet's volume claim), or incarnations would restart from 1.
 
 from __future__ import annotations
 
-from invariants.errors import VigilError
 import fcntl
 import json
 import os
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from invariants.errors import VigilError
 from monitor.record_format import writer_id_for
 
 

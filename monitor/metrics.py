@@ -14,9 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from invariants.catalog import series
-from invariants.model import READERS, RU
-
 from invariants.ledger_format import TxnOutcome, WriteOutcome
+from invariants.model import READERS, RU
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]

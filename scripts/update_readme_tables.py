@@ -4,7 +4,7 @@ import importlib
 from pathlib import Path
 
 from invariants.catalog import CATALOG
-from monitor.config import reference_markdown
+from monitor.config_reference import reference_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -3,17 +3,17 @@ isolation levels, up to the end (high watermark / LSO), plus the whole ledger.""
 
 from __future__ import annotations
 
-from invariants.errors import VigilError
 import time
 from typing import Any, Callable
 
 from confluent_kafka import KafkaError, TopicPartition
 
 from invariants.catalog import Isolation
+from invariants.errors import VigilError
+from invariants.ledger_format import LedgerEntry, LedgerFormatError, decode
 from invariants.model import foreign_ident
 from monitor import clients, record_format
 from monitor.config import Config
-from invariants.ledger_format import LedgerEntry, LedgerFormatError, decode
 
 
 class AuditReadError(VigilError):

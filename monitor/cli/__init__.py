@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from monitor.cli import audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
 from invariants.errors import VigilError
+from monitor.cli import audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
 
 app = typer.Typer(
     name="vigil",

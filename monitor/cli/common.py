@@ -12,7 +12,6 @@ from rich.console import Console
 
 from monitor.config import Config, load
 
-
 console = Console(highlight=False, width=max(120, Console().width))
 err_console = Console(stderr=True, highlight=False)
 

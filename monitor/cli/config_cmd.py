@@ -10,7 +10,7 @@ import typer
 import yaml
 
 from monitor.cli.common import ConfigOption, console, load_config
-from monitor.config import reference_markdown
+from monitor.config_reference import reference_markdown
 
 app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
 from monitor.canary.writer import CanaryWriter
-from monitor.signals import install_stop_handlers
 from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json
 from monitor.config import Config, WriterConfig
 from monitor.metrics import producer_metrics
+from monitor.signals import install_stop_handlers
 
 
 def writer_summary(writer: CanaryWriter) -> dict:

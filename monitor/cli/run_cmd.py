@@ -17,12 +17,11 @@ from prometheus_client import CollectorRegistry
 from rich.live import Live
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
-from monitor.signals import install_stop_handlers
-from monitor.cli.common import (ConfigOption, err_console, load_config, print_endpoints,
-                                print_json, progress)
+from monitor.cli.common import ConfigOption, err_console, load_config, print_endpoints, print_json, progress
 from monitor.cli.produce_cmd import status_line, writer_summary
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.metrics import producer_metrics
+from monitor.signals import install_stop_handlers
 from monitor.watch.runtime import WatchRuntime
 
 

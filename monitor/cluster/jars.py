@@ -7,13 +7,14 @@ interrupted resolve is redone and a finished one is never asked for again.
 
 from __future__ import annotations
 
-from invariants.errors import VigilError
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable
+
+from invariants.errors import VigilError
 
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 # Kafka 4.x ships slf4j 1.7 but its published POM carries no binding: without this one

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from invariants.errors import VigilError
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from invariants.errors import VigilError
 
 MIN_VERSION = 17  # Kafka 4.x brokers
 HOSTS_FILE_VERSION = 18  # -Djdk.net.hosts.file, needed for the proxied network layout

@@ -20,12 +20,11 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -37,6 +36,8 @@ from monitor.cluster import jars
 from monitor.cluster.java import HOSTS_FILE_VERSION, find_java
 from monitor.cluster.layout import LINK_KINDS, ClusterLayout, NodeLayout, render_properties
 from monitor.cluster.netproxy import send_command
+from monitor.cluster.processes import accepts, port_in_use, port_owner, terminate, wait_gone
+from monitor.cluster.status import ClusterStatus, NodeStatus
 from monitor.config import ClusterConfig
 
 LOG4J2 = """status = warn
@@ -56,68 +57,13 @@ class ClusterError(VigilError):
     pass
 
 
-@dataclass
-class NodeStatus:
-    node_id: int
-    pid: int | None
-    state: str  # running | paused | stopped
-    client_port: int
-    replication_port: int
-    controller_port: int
-    listening: bool
-    active_controller: bool
-
-
-@dataclass
-class ClusterStatus:
-    state_dir: str
-    bootstrap_servers: str
-    network: str  # proxied | direct
-    proxy_pid: int | None
-    blocked_links: list[list]
-    active_controller: int | None
-    nodes: list[NodeStatus]
-
-    @property
-    def running(self) -> int:
-        return sum(1 for n in self.nodes if n.state == "running")
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
 def _new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def port_owner(host: str, port: int) -> str:
-    try:
-        for conn in psutil.net_connections(kind="tcp"):
-            if (conn.laddr and conn.laddr.port == port and conn.laddr.ip in (host, "0.0.0.0", "::")
-                    and conn.pid):
-                proc = psutil.Process(conn.pid)
-                return f"pid {conn.pid} ({' '.join(proc.cmdline()[:3])[:120]})"
-    except (psutil.Error, OSError):
-        pass
-    return "another process"
-
-
-def accepts(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """A random cluster id in Kafka's form; never starting with "-" (Kafka's own tool avoids that
+    too: an id like "-Ab..." reads as an option on a command line)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 class LocalCluster:
@@ -211,7 +157,7 @@ class LocalCluster:
             return
         elr = "1" if self.config.eligible_leader_replicas else "0"
         cmd = [meta["java"], "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format",
-               "-t", meta["cluster_id"], "-c", str(d / "server.properties"),
+               f"--cluster-id={meta['cluster_id']}", "-c", str(d / "server.properties"),
                "--feature", f"eligible.leader.replicas.version={elr}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -283,7 +229,7 @@ class LocalCluster:
     def kill(self, node_id: int) -> None:
         """SIGKILL the node (no controlled shutdown)."""
         pid = self._signal(node_id, signal.SIGKILL)
-        _wait_gone(pid, 10)
+        wait_gone(pid, 10)
 
     def pause(self, node_id: int) -> None:
         """SIGSTOP the node; returns once the kernel reports it stopped."""
@@ -305,7 +251,7 @@ class LocalCluster:
         """Controlled shutdown (SIGTERM), then SIGKILL after ``timeout``."""
         pid = self.node_pid(node_id)
         if pid is not None:
-            _terminate([pid], timeout)
+            terminate([pid], timeout)
 
     def restart(self, node_id: int, hard: bool = False) -> int:
         if hard:
@@ -392,10 +338,10 @@ class LocalCluster:
 
     def down(self, purge: bool = False) -> None:
         """Stop every node and the proxy; with ``purge``, delete the state directory."""
-        _terminate([p for p in (self.node_pid(n.node_id) for n in self.layout.nodes) if p is not None], 15)
+        terminate([p for p in (self.node_pid(n.node_id) for n in self.layout.nodes) if p is not None], 15)
         proxy = self.proxy_pid()
         if proxy is not None:
-            _terminate([proxy], 5)
+            terminate([proxy], 5)
         if purge and self.state_dir.exists():
             import shutil
 
@@ -446,30 +392,3 @@ class LocalCluster:
     def log_path(self, node_id: int) -> Path:
         self.layout.node(node_id)
         return self.node_dir(node_id) / "server.log"
-
-
-def _terminate(pids: list[int], timeout: float) -> None:
-    """SIGTERM the processes together (resuming paused ones first); SIGKILL whatever is
-    still there after ``timeout``."""
-    for pid in pids:
-        os.kill(pid, signal.SIGCONT)
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for pid in pids:
-        if not _wait_gone(pid, max(0.1, deadline - time.monotonic())):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 10)
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return True
-    try:
-        proc.wait(timeout)
-        return True
-    except psutil.TimeoutExpired:
-        return False
-    except psutil.NoSuchProcess:
-        return True

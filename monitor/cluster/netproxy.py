@@ -23,17 +23,16 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
+from monitor.cluster.layout import ProxyLink
+
 CHUNK = 256 * 1024
 
 
 @dataclass
 class Link:
-    src: int
-    dst: int
-    kind: str
-    listen_host: str
-    listen_port: int
-    target_port: int
+    """One directed link of the layout (:class:`ProxyLink`) and whether bytes may flow on it."""
+
+    spec: ProxyLink
     open: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -49,9 +48,9 @@ class Proxy:
     def _select(self, msg: dict) -> list[Link]:
         return [
             link for link in self.links
-            if ("src" not in msg or link.src == msg["src"])
-            and ("dst" not in msg or link.dst == msg["dst"])
-            and ("kind" not in msg or link.kind == msg["kind"])
+            if ("src" not in msg or link.spec.src == msg["src"])
+            and ("dst" not in msg or link.spec.dst == msg["dst"])
+            and ("kind" not in msg or link.spec.kind == msg["kind"])
         ]
 
     def handle_command(self, msg: dict) -> dict:
@@ -68,7 +67,7 @@ class Proxy:
         elif op != "status":
             return {"error": f"unknown op {op!r}"}
         return {
-            "blocked": [[l.src, l.dst, l.kind] for l in self.links if not l.open.is_set()],
+            "blocked": [[l.spec.src, l.spec.dst, l.spec.kind] for l in self.links if not l.open.is_set()],
             "connections": self.connections,
         }
 
@@ -95,7 +94,7 @@ class Proxy:
         try:
             await link.open.wait()
             try:
-                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", link.target_port)
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", link.spec.target_port)
             except OSError:
                 writer.close()
                 return
@@ -121,7 +120,7 @@ class Proxy:
         servers = []
         for link in self.links:
             servers.append(await asyncio.start_server(
-                lambda r, w, link=link: self._serve_link(link, r, w), link.listen_host, link.listen_port,
+                lambda r, w, link=link: self._serve_link(link, r, w), link.spec.listen_host, link.spec.listen_port,
                 reuse_address=True))
         servers.append(await asyncio.start_server(self._serve_control, "127.0.0.1", self.control_port,
                                                   reuse_address=True))
@@ -157,7 +156,7 @@ def send_command(control_port: int, msg: dict, timeout: float = 5.0) -> dict:
 def main(argv: list[str]) -> None:
     with open(argv[1]) as f:
         spec = json.load(f)
-    links = [Link(**l) for l in spec["links"]]
+    links = [Link(ProxyLink(**l)) for l in spec["links"]]
     asyncio.run(Proxy(links, spec["control_port"]).run())
 
 

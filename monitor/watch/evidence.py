@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-
 from invariants.model import Violation
 
 INCIDENT_GAP_S = 60.0

@@ -28,7 +28,6 @@ from confluent_kafka import OFFSET_END, IsolationLevel, KafkaError, KafkaExcepti
 from confluent_kafka.admin import OffsetSpec
 
 from invariants.accounting import AckedRun, LedgerFold, TxnWriteAcked
-from invariants.catalog import Invariant
 from invariants.ledger_format import LedgerFormatError, decode
 from invariants.liveness import LivenessJudge
 from invariants.model import RC, RU, Violation

@@ -8,9 +8,7 @@ import pytest
 
 from monitor.canary.runner import prepare_topics
 from monitor.cluster.local_cluster import LocalCluster
-
 from tests.integration.helpers import make_config
-
 
 
 @pytest.fixture(scope="session")

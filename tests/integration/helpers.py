@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from monitor.config import Config, parse
 from monitor.audit.book import LedgerBook
+from monitor.config import Config, parse
 
 VIGIL = [sys.executable, "-m", "monitor"]
 

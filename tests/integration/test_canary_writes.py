@@ -9,13 +9,12 @@ import subprocess
 import threading
 import time
 
+from invariants.ledger_format import TxnOutcome, WriteOutcome
 from monitor import record_format
+from monitor.audit.book import LedgerBook
 from monitor.canary.runner import WriterThread, open_writer
 from monitor.config import WriterConfig
-from invariants.ledger_format import TxnOutcome, WriteOutcome
-from monitor.audit.book import LedgerBook
 from monitor.record_format import CanaryRecord, writer_id_for
-
 from tests.integration.helpers import VIGIL, read_all, read_ledger, vigil_json
 
 
@@ -50,11 +49,11 @@ def test_idempotent_60s_at_1000_per_second(cluster_ready, topics):
 
     by_offset = _decoded(read_all(env["bootstrap"], topics.canary.name, "read_uncommitted"))
     wid = writer_id_for("it-idem60")
-    for (w, inc, topic_id, partition, seq), st in writes.items():
-        assert topic_id == topics.canary.topic_id
-        rec = by_offset.get((partition, st.offset))
-        assert rec is not None, f"acked write p{partition} seq {seq} missing at offset {st.offset}"
-        assert (rec.writer_id, rec.incarnation, rec.seq) == (wid, inc, seq)
+    for k, st in writes.items():
+        assert k.topic_id == topics.canary.topic_id
+        rec = by_offset.get((k.partition, st.offset))
+        assert rec is not None, f"acked write p{k.partition} seq {k.seq} missing at offset {st.offset}"
+        assert (rec.writer_id, rec.incarnation, rec.seq) == (wid, k.inc, k.seq)
     # every partition got canary traffic
     assert {k.partition for k in writes} == set(range(topics.canary.partitions))
 

@@ -11,7 +11,6 @@ import pytest
 
 from monitor.cluster.java import JavaError
 from monitor.cluster.local_cluster import LocalCluster
-
 from tests.integration.helpers import make_config, vigil
 
 

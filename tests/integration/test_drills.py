@@ -9,12 +9,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from monitor import record_format
-from monitor.drill_table import DRILL_KINDS
 from invariants.ledger_format import TxnOutcome, WriteOutcome
 from invariants.model import TxnKey
+from monitor import record_format
+from monitor.drill_table import DRILL_KINDS
 from monitor.record_format import CanaryRecord
-
 from tests.drill_rows import drill_row
 from tests.integration.helpers import VIGIL, read_all, read_ledger, vigil_json
 

@@ -12,8 +12,8 @@ from monitor.drill_table import DRILL_KINDS
 from tests.drill_rows import drill_row
 from tests.integration.helpers import read_all, vigil_json
 from tests.integration.watch_helpers import (
-    DASHBOARD, RULES, Background, Prometheus, audit_counts, expected_checked, live_history, metrics_up, nonzero, sample, violations,
-    wait_for, watch_config,
+    DASHBOARD, RULES, Background, Prometheus, audit_counts, expected_checked, live_history, metrics_up, nonzero,
+    sample, violations, wait_for, watch_config,
 )
 
 

@@ -43,7 +43,7 @@ def test_paused_leader_stalls_only_its_partitions_and_the_monitor_recovers(clust
     try:
         wait_for(lambda: metrics_up(port), 90, "the first batch")
         time.sleep(5)
-        client = admin(cfg.kafka, cfg.kafka.bootstrap_servers)
+        client = admin(cfg)
         info = describe_topic(client, cfg.canary.name)
         ledger_leader = describe_topic(client, cfg.ledger.topic).leaders[0]
         # The prober learns that acknowledged records wait from the ledger: pause a canary

@@ -16,10 +16,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from invariants.catalog import Invariant, Isolation
-from monitor.config import Config, parse
 from invariants.ledger_format import TxnOutcome, WriteOutcome
 from invariants.model import TxnKey
 from monitor.audit.book import LedgerBook
+from monitor.config import Config, parse
 from tests.integration.helpers import VIGIL, read_ledger
 
 HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",

@@ -17,8 +17,8 @@ from typing import Any
 from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
 from invariants.ledger_format import (
-    Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange,
-    WriterRef,
+    Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome,
+    WriteRange, WriterRef,
 )
 from invariants.model import Read, Settings
 

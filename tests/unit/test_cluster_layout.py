@@ -2,7 +2,7 @@ import asyncio
 import socket
 import threading
 
-from monitor.cluster.layout import ClusterLayout
+from monitor.cluster.layout import ClusterLayout, ProxyLink
 from monitor.cluster.netproxy import Link, Proxy
 from monitor.config import ClusterConfig
 
@@ -50,7 +50,7 @@ def test_proxy_forwards_and_a_cut_link_holds_bytes_until_healed():
 
     threading.Thread(target=serve, daemon=True).start()
     loop = asyncio.new_event_loop()
-    link = Link(1, 2, "replication", "127.0.0.1", listen_port, echo_port)
+    link = Link(ProxyLink(1, 2, "replication", "127.0.0.1", listen_port, echo_port))
     proxy = Proxy([link], control_port)
 
     async def start():
@@ -79,3 +79,11 @@ def test_proxy_forwards_and_a_cut_link_holds_bytes_until_healed():
     assert call({"op": "nonsense"}) == {"error": "unknown op 'nonsense'"}
     client.close()
     loop.call_soon_threadsafe(loop.stop)
+
+
+def test_cluster_ids_never_start_with_a_dash():
+    """An id like "-Ab..." reads as an option to kafka-storage format (a fresh-clone CI run failed so)."""
+    from monitor.cluster.local_cluster import _new_cluster_id
+
+    ids = [_new_cluster_id() for _ in range(3000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids) and len(set(ids)) == 3000

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import ConfigError, load, parse, reference_markdown
+from monitor.config import ConfigError, load, parse
+from monitor.config_reference import reference_markdown
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -7,7 +7,6 @@ from invariants.ledger_format import (
 from invariants.model import TxnKey, WriteKey
 from monitor.audit.book import LedgerBook
 from monitor.ledger import Delivery, LedgerWriter, encode_runs
-
 from tests.unit.fakes import FakeProducer
 
 A, F, I = WriteOutcome.ACKED, WriteOutcome.FAILED, WriteOutcome.INDETERMINATE

@@ -9,7 +9,6 @@ from monitor.config import WriterConfig
 from monitor.identity import WriterIdentity
 from monitor.ledger import LedgerWriter
 from monitor.metrics import PRODUCER_ERROR_KINDS, WRITE_OUTCOMES, producer_metrics
-
 from tests.unit.fakes import FakeProducer
 
 

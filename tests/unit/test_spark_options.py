@@ -1,5 +1,5 @@
-from monitor.config import parse
 from monitor.client_config import spark_source
+from monitor.config import parse
 
 
 def test_security_settings_reach_the_java_client_in_its_own_terms():

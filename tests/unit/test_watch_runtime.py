@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 
 from invariants.catalog import Invariant, Isolation
-from monitor import record_format
-from monitor.config import parse
 from invariants.ledger_format import (
     Intent, LedgerEntry, OutcomeRun, Outcomes, WriteOutcome, WriteRange, WriterRef, encode,
 )
+from monitor import record_format
+from monitor.config import parse
 from monitor.watch import state as state_store
 from monitor.watch.runtime import WatchRuntime
 

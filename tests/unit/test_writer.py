@@ -4,17 +4,16 @@ import threading
 
 from confluent_kafka import KafkaError
 
+from invariants.ledger_format import Intent, TxnOutcome, WriteOutcome, decode
+from invariants.model import WriteKey
 from monitor import record_format
+from monitor.audit.book import LedgerBook
 from monitor.canary.transactional import TransactionalWriter
 from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo
 from monitor.config import WriterConfig
 from monitor.identity import WriterIdentity
-from invariants.ledger_format import Intent, TxnOutcome, WriteOutcome, decode
-from invariants.model import WriteKey
-from monitor.audit.book import LedgerBook
 from monitor.ledger import LedgerWriter
-
 from tests.unit.fakes import FakeProducer
 
 TOPIC = TopicInfo("canary", "TID", 3, {0: 1, 1: 2, 2: 3})

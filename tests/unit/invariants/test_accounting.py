@@ -2,7 +2,8 @@
 
 from invariants.accounting import AckedRun, EntriesMissing, LedgerFold, TxnDecided, TxnWriteDecided
 from invariants.ledger_format import (
-    Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterRef,
+    Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnInfo, TxnOutcome, WriteOutcome, WriteRange,
+    WriterRef,
 )
 from invariants.model import TxnKey, WriteKey
 from tests.unit.invariants.tiny import Story

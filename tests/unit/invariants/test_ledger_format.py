@@ -3,7 +3,8 @@
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from invariants.ledger_format import (
     LEDGER_VERSION, Intent, LedgerEntry, LedgerFormatError, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from invariants.checker import Checker
 from invariants.ledger_format import (
-    Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange,
-    WriterRef,
+    Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome,
+    WriteRange, WriterRef,
 )
 from invariants.model import RC, RU, Read, Settings
 

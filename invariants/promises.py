@@ -1,0 +1,133 @@
+"""Promise classes: which violations break a promise Kafka makes, and which the configuration allowed.
+
+Every verdict carries a durability class, computed here from what the ledger recorded — the
+writer's settings (its ``Start`` entry) and the topic's settings as the writer last observed
+them (``Start`` and ``Checkpoint`` entries) — never configured by hand:
+
+``guaranteed``
+    Kafka promises this cannot happen with these settings: a violation is a broken promise
+    (it pages).
+``at_risk``
+    the settings allow it (e.g. ``acks=1`` may lose acknowledged writes when a leader fails):
+    a violation is a *measurement* of the risk the team chose (a dashboard panel and a
+    warning, quantified per writer), with the reason.
+``unknown``
+    the topic's settings could not be read when the write was made.
+
+The class depends on the invariant, not only on the writer:
+
+* **An acknowledged write never read** (``lost_write``): ``guaranteed`` only for ``acks=all``
+  with idempotence, ``min.insync.replicas >= 2``, replication factor ``>= 3`` and unclean
+  leader election off. Anything weaker is ``at_risk``, naming the first weakness.
+* **A record that was read and then disappeared** (``lost_write`` of a vanished record,
+  ``inconsistent_offset``): a reader only reads below the high watermark, so every in-sync
+  replica had the record and any clean election keeps it — ``guaranteed`` whenever unclean
+  election is off, whatever the acks; ``at_risk`` with unclean election on.
+* **duplicate, reorder**: ``guaranteed`` for an idempotent writer on a topic without unclean
+  election (a truncated log can lose the producer state idempotence relies on); a
+  non-idempotent writer may duplicate and reorder on retries: ``at_risk``.
+* **zero_offset, offset_mismatch**: a broker reporting an offset where the record is not —
+  never allowed by any setting: ``guaranteed``.
+* **aborted_read, partial_txn**: Kafka's transactional promise holds on a durable topic:
+  ``guaranteed`` when the topic is (replication factor ``>= 3``, ``min.insync.replicas >= 2``,
+  no unclean election), else ``at_risk`` (a lossy topic can tear a transaction).
+* **outcome_gap** and the liveness invariants are about the ledger and availability, not about
+  what the canary topic's configuration allows: ``guaranteed``.
+
+The class is that of the settings in force when the write was made (the writer's latest
+observation before its intent), so the live checker and the audit, which read the same
+ledger, classify every write alike.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from invariants.catalog import Invariant
+from invariants.ledger_format import TopicSettings, WriterSettings
+
+
+class Durability(str, enum.Enum):
+    GUARANTEED = "guaranteed"
+    AT_RISK = "at_risk"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Promise:
+    durability: Durability
+    reason: str = ""
+
+    def to_doc(self) -> list:
+        return [self.durability.value, self.reason]
+
+    @classmethod
+    def from_doc(cls, d: list) -> "Promise":
+        return cls(Durability(d[0]), d[1])
+
+
+GUARANTEED = Promise(Durability.GUARANTEED)
+UNKNOWN = Promise(Durability.UNKNOWN, "topic settings not observed")
+
+
+def _topic_weakness(topic: TopicSettings) -> str:
+    if topic.unclean_leader_election:
+        return "unclean leader election enabled"
+    if topic.replication_factor < 3:
+        return f"replication factor {topic.replication_factor}"
+    if topic.min_insync_replicas < 2:
+        return f"min.insync.replicas={topic.min_insync_replicas}"
+    return ""
+
+
+def acked_write(writer: WriterSettings, topic: TopicSettings | None) -> Promise:
+    """An acknowledged write that was never read where it was acknowledged."""
+    if writer.acks != "all":
+        return Promise(Durability.AT_RISK, f"acks={writer.acks}")
+    if not writer.idempotence:
+        return Promise(Durability.AT_RISK, "not idempotent")
+    if topic is None:
+        return UNKNOWN
+    weakness = _topic_weakness(topic)
+    return Promise(Durability.AT_RISK, weakness) if weakness else GUARANTEED
+
+
+def read_record(topic: TopicSettings | None) -> Promise:
+    """A record a reader read (below the high watermark) that later changed or disappeared."""
+    if topic is None:
+        return UNKNOWN
+    if topic.unclean_leader_election:
+        return Promise(Durability.AT_RISK, "unclean leader election enabled")
+    return GUARANTEED
+
+
+def ordering(writer: WriterSettings, topic: TopicSettings | None) -> Promise:
+    """Duplicates and reorders of one writer's records."""
+    if not writer.idempotence:
+        return Promise(Durability.AT_RISK, "not idempotent")
+    return read_record(topic)
+
+
+def transaction(topic: TopicSettings | None) -> Promise:
+    if topic is None:
+        return UNKNOWN
+    weakness = _topic_weakness(topic)
+    return Promise(Durability.AT_RISK, weakness) if weakness else GUARANTEED
+
+
+def for_invariant(invariant: Invariant, writer: WriterSettings | None, topic: TopicSettings | None,
+                  vanished: bool = False) -> Promise:
+    """The class of one violation of ``invariant`` by a write of ``writer`` (None: not a canary
+    record, or a writer whose settings were never seen) on a topic with ``topic`` settings."""
+    if invariant is Invariant.LOST_WRITE:
+        if vanished:
+            return read_record(topic)
+        return acked_write(writer, topic) if writer is not None else UNKNOWN
+    if invariant is Invariant.INCONSISTENT_OFFSET:
+        return read_record(topic)
+    if invariant in (Invariant.DUPLICATE, Invariant.REORDER):
+        return ordering(writer, topic) if writer is not None else UNKNOWN
+    if invariant in (Invariant.ABORTED_READ, Invariant.PARTIAL_TXN):
+        return transaction(topic)
+    return GUARANTEED
