@@ -2,7 +2,7 @@
 acknowledged write is, compared with where its acknowledgement says it is.
 
 Judged per reader (``read_committed`` and ``read_uncommitted`` separately), per topic ID and
-partition, over the records that reader returned, in offset order.
+partition, against the reader's current view of the log (:mod:`invariants.read_index`).
 
 **Expected writes.** For ``read_uncommitted``: every ``acked`` write. For ``read_committed``:
 acked writes outside transactions and acked writes of transactions whose commit returned
@@ -15,13 +15,22 @@ never expected (they may or may not exist — *late is not lost*, and neither is
 with ``r <= o + H - 1`` → ``offset_mismatch``; else, once the frontier reaches ``o + H``
 without it → ``lost_write``. ``H`` is the settle window (:class:`invariants.model.Settings`),
 which lets a record that landed a few offsets away count as mismatched rather than lost.
-Writes acked below the first offset the reader read, or below the partition's log start
-offset when judged, are ``expired_unread`` — never violations (Jepsen's rule: only writes below
-the highest offset read can be called lost). Cannot be inferred: the fate of writes above the
-frontier. False positives: none from Kafka's documented behaviour; a writer that lies in its
-ledger (a drill) or a ledger written by a different canary version. Implies: a truncated log
-gives ``lost_write`` together with ``inconsistent_offset`` (the reused offsets) and, for
-records re-appended later, ``offset_mismatch``.
+**A record that was read and later disappeared from its offset** — a re-read found another
+record there, or none — is also ``lost_write`` when it was an expected write acknowledged there
+(``cause="vanished"``; or ``offset_mismatch`` if it now sits elsewhere inside the window): an
+acknowledged write that vanished is lost even if it was read once. Writes acked below the first
+offset the reader read, or below the partition's log start offset when judged, are
+``expired_unread`` — never violations (Jepsen's rule: only writes below the highest offset read
+can be called lost). Cannot be inferred: the fate of writes above the frontier. False
+positives: none from Kafka's documented behaviour; a writer that lies in its ledger (a drill).
+Implies: a truncated log gives ``lost_write`` together with ``inconsistent_offset`` (the reused
+offsets).
+
+**Confirmed before counted.** When the acknowledgement arrives after the reader had already
+passed its offset, what the reader remembers of that range may predate a rewrite (a truncated
+leader; a new leader writing new records at reused offsets). Such a verdict is counted only
+after the range was read again (:mod:`invariants.confirm`): the fresh read either confirms it or
+shows the write where it was acknowledged (and the old content as ``inconsistent_offset``).
 
 **unseen.** A gauge, not a loss: expected writes acked more than a deadline ago that the
 reader has not reached yet (frontier not past their offset).
@@ -31,9 +40,7 @@ judged when the reader's frontier passes ``o`` and the write was read at some
 ``r <= o + H - 1`` (the settle window); for a write whose ack claimed a bogus offset 0
 (``zero_offset``), any read of it counts. Counted once per write. A write read at ``o`` *and*
 elsewhere is a ``duplicate``, not a mismatch. False positives: none from Kafka's documented
-behaviour — the produce response's base offset is where the record is. Implies: usually a
-truncation and re-append (with ``lost_write``/``inconsistent_offset`` nearby) or a broker
-reporting wrong offsets.
+behaviour — the produce response's base offset is where the record is.
 
 **zero_offset.** A write acknowledged at offset 0 while this reader read a *different* record
 at offset 0 of the same topic ID (the Jepsen "bogus offset 0" bug). Counted once per write,
@@ -43,6 +50,11 @@ inferred: the log start offset *at ack time* (a legitimate ack at 0 followed by 
 looks the same as a bogus one afterwards), so a reader that never saw offset 0 counts such a
 write ``expired_unread`` rather than guessing. Implies ``offset_mismatch`` once the record
 is read.
+
+**Classes.** A write never read is classed by its writer and topic (acks, idempotence,
+replication, ``min.insync.replicas``, unclean election); a vanished record by the topic's
+unclean election setting; a bogus or mismatched offset is always ``guaranteed``
+(:mod:`invariants.promises`).
 
 **Horizon.** An ack that arrives when its offset is more than ``horizon_offsets`` behind the
 reader's frontier can no longer be compared with what was read there: ``expired_unread``
@@ -56,16 +68,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from invariants.catalog import Invariant
+from invariants.confirm import Pending
 from invariants.model import Ident, Verdict, ViewKey, Violation, WriteKey
+from invariants.promises import GUARANTEED, ClassTable, Promise, WriteClass
 from invariants.read_index import PartitionView
 
 
 def acked_write_verdict(acked_offset: int, read_offsets: Iterable[int], frontier: int, start: int | None,
                         settle: int, log_start: int = 0) -> Verdict:
-    """The verdict on one expected write, given where this reader has read it so far.
-
-    Stable: once decided, reading further (offsets at or above ``frontier``) cannot change it.
-    """
+    """The verdict on one expected write, given where this reader has read it so far."""
     offsets = list(read_offsets)
     if acked_offset in offsets:
         return Verdict.OK
@@ -80,35 +91,71 @@ def acked_write_verdict(acked_offset: int, read_offsets: Iterable[int], frontier
     return Verdict.UNDECIDED
 
 
-def bogus_zero_ack(acked_offset: int, ident: Ident, ident_at_zero: Ident | None) -> bool:
-    """A write acked at 0 while the reader found another record at offset 0."""
-    return acked_offset == 0 and ident_at_zero is not None and ident_at_zero != ident
+@dataclass(order=True)
+class ExpectedRun:
+    """Expected acked writes not judged yet: seq ``first_seq + i`` at ``first_offset + i``."""
+
+    first_offset: int
+    count: int = field(compare=False)
+    writer_id: int = field(compare=False)
+    inc: int = field(compare=False)
+    first_seq: int = field(compare=False)
+    done_ts_us: int = field(compare=False)
+    late_below: int = field(compare=False)  # the reader's frontier when the ack arrived
+    cls: WriteClass = field(compare=False)
+
+    def to_doc(self, t: ClassTable) -> list:
+        return [self.first_offset, self.count, self.writer_id, self.inc, self.first_seq, self.done_ts_us,
+                self.late_below, t.ref(self.cls)]
+
+    @classmethod
+    def from_doc(cls, d: list, t: ClassTable) -> "ExpectedRun":
+        return cls(*d[:7], t.get(d[7]))
+
+
+@dataclass
+class Judged:
+    """A write whose verdict rests on the view: where it was acked, whether that was late, its class."""
+
+    acked_at: int
+    late_below: int
+    cls: WriteClass
+
+    def to_doc(self, t: ClassTable) -> list:
+        return [self.acked_at, self.late_below, t.ref(self.cls)]
+
+    @classmethod
+    def from_doc(cls, d: list, t: ClassTable) -> "Judged":
+        return cls(d[0], d[1], t.get(d[2]))
 
 
 @dataclass
 class AckedState:
-    """One view's expected writes not judged yet."""
+    """One view's expected writes not judged yet, and those judged fine (a rewrite may undo that)."""
 
-    # runs of expected acked writes, a heap of (first_offset, count, writer_id, inc, first_seq, done_ts_us)
-    pending: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
-    waiting: dict[WriteKey, int] = field(default_factory=dict)  # missing at their offset, inside the window
+    pending: list[ExpectedRun] = field(default_factory=list)  # a heap by first offset
+    waiting: dict[WriteKey, Judged] = field(default_factory=dict)  # missing at their offset, inside the window
     waiting_heap: list[tuple[int, WriteKey]] = field(default_factory=list)  # (deadline offset, write)
-    zero_wait: set[WriteKey] = field(default_factory=set)  # bogus zero acks not read anywhere yet
+    zero_wait: dict[WriteKey, WriteClass] = field(default_factory=dict)  # bogus zero acks not read anywhere yet
+    placed: dict[Ident, Judged] = field(default_factory=dict)  # read where acked (within the horizon)
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"pending": [list(r) for r in self.pending], "waiting": [[*w, o] for w, o in self.waiting.items()],
-                "zero_wait": [list(w) for w in self.zero_wait]}
+    def to_doc(self, t: ClassTable) -> dict[str, Any]:
+        return {"pending": [r.to_doc(t) for r in self.pending],
+                "waiting": [[*w, *j.to_doc(t)] for w, j in self.waiting.items()],
+                "zero_wait": [[*w, t.ref(c)] for w, c in self.zero_wait.items()],
+                "placed": [[*i, *j.to_doc(t)] for i, j in self.placed.items()]}
 
     @classmethod
-    def from_doc(cls, d: dict[str, Any], settle: int) -> "AckedState":
-        st = cls([tuple(r) for r in d["pending"]])
+    def from_doc(cls, d: dict[str, Any], settle: int, t: ClassTable) -> "AckedState":
+        st = cls([ExpectedRun.from_doc(r, t) for r in d["pending"]])
         heapq.heapify(st.pending)
-        for *w, o in d["waiting"]:
-            wkey = WriteKey(*w)
-            st.waiting[wkey] = o
-            st.waiting_heap.append((o + settle, wkey))
+        for row in d["waiting"]:
+            wkey, j = WriteKey(*row[:5]), Judged.from_doc(row[5:], t)
+            st.waiting[wkey] = j
+            st.waiting_heap.append((j.acked_at + settle, wkey))
         heapq.heapify(st.waiting_heap)
-        st.zero_wait = {WriteKey(*w) for w in d["zero_wait"]}
+        st.zero_wait = {WriteKey(*row[:5]): t.get(row[5]) for row in d["zero_wait"]}
+        st.placed = {tuple(row[:3]): Judged.from_doc(row[3:], t) for row in d["placed"]}
         return st
 
 
@@ -117,6 +164,7 @@ class AckedWritesFamily:
         self.settle = settle
         self.views: dict[ViewKey, AckedState] = {}
         self.expired_unread = 0
+        self.candidates = Pending()
 
     def state(self, key: ViewKey) -> AckedState:
         st = self.views.get(key)
@@ -124,24 +172,48 @@ class AckedWritesFamily:
             st = self.views[key] = AckedState()
         return st
 
-    def expect(self, key: ViewKey, first_offset: int, count: int, writer_id: int, inc: int, first_seq: int,
-               done_ts_us: int) -> None:
-        heapq.heappush(self.state(key).pending, (first_offset, count, writer_id, inc, first_seq, done_ts_us))
+    def expect(self, key: ViewKey, v: PartitionView, first_offset: int, count: int, writer_id: int, inc: int,
+               first_seq: int, done_ts_us: int, cls: WriteClass) -> None:
+        heapq.heappush(self.state(key).pending, ExpectedRun(first_offset, count, writer_id, inc, first_seq,
+                                                            done_ts_us, v.frontier, cls))
 
-    def on_read(self, key: ViewKey, off: int, wkey: WriteKey) -> list[Violation]:
+    # -- reads -----------------------------------------------------------------------------
+
+    def on_read(self, key: ViewKey, v: PartitionView, off: int, wkey: WriteKey) -> list[Violation]:
         """A canary record read at ``off``: settles a write that waited for it inside its window."""
         st = self.views.get(key)
         if st is None:
             return []
         out = []
-        acked_at = st.waiting.get(wkey)
-        if acked_at is not None and off <= acked_at + self.settle - 1:
+        j = st.waiting.get(wkey)
+        if j is not None and off <= j.acked_at + self.settle - 1:
             del st.waiting[wkey]
-            out.append(self._mismatch(key, wkey, acked_at, off))
-        if wkey in st.zero_wait:
-            st.zero_wait.discard(wkey)
+            if j.acked_at < j.late_below:  # the acked offset was read before the ack: read it again first
+                self._candidate(key, v, wkey, j, off)
+            else:
+                out.append(self._mismatch(key, wkey, j.acked_at, off))
+        cls = st.zero_wait.pop(wkey, None)
+        if cls is not None:
             out.append(self._mismatch(key, wkey, 0, off))
         return out
+
+    def on_vanished(self, key: ViewKey, v: PartitionView, off: int, ident: Ident) -> list[Violation]:
+        """A re-read no longer finds ``ident`` at ``off``: if it was an expected write placed there,
+        it is judged again against the view as it is now."""
+        st = self.views.get(key)
+        j = None if st is None else st.placed.get(ident)
+        if j is None or j.acked_at != off:
+            return []
+        del st.placed[ident]
+        wkey = WriteKey(key.topic_id, key.partition, *ident)
+        seen = [r for r in v.reads_of.get(ident, ()) if r <= off + self.settle - 1]
+        if seen:
+            return [self._mismatch(key, wkey, off, seen[0], cause="vanished")]
+        return [Violation(Invariant.LOST_WRITE, key.iso, key.topic_id, key.partition, (off,), (wkey.writer_id, wkey.inc),
+                          wkey.seq, detail=f"acked and read at {off}, later gone from it", cause="vanished",
+                          **_cls(j.cls.read, j.cls))]
+
+    # -- judging ---------------------------------------------------------------------------
 
     def settle_view(self, key: ViewKey, v: PartitionView, log_start: int) -> list[Violation]:
         """Judge the expected writes the reader has passed."""
@@ -149,78 +221,124 @@ class AckedWritesFamily:
         if st is None:
             return []
         out: list[Violation] = []
-        while st.pending and st.pending[0][0] < v.frontier:
-            first_off, count, wid, inc, first_seq, done = heapq.heappop(st.pending)
-            for i in range(count):
-                off = first_off + i
+        while st.pending and st.pending[0].first_offset < v.frontier:
+            run = heapq.heappop(st.pending)
+            for i in range(run.count):
+                off = run.first_offset + i
                 if off >= v.frontier:  # the rest of the run is still ahead of the reader
-                    heapq.heappush(st.pending, (off, count - i, wid, inc, first_seq + i, done))
+                    heapq.heappush(st.pending, ExpectedRun(off, run.count - i, run.writer_id, run.inc,
+                                                           run.first_seq + i, run.done_ts_us, run.late_below, run.cls))
                     break
-                wkey = WriteKey(key.topic_id, key.partition, wid, inc, first_seq + i)
-                out.extend(self._judge(key, st, v, off, wkey, log_start))
+                wkey = WriteKey(key.topic_id, key.partition, run.writer_id, run.inc, run.first_seq + i)
+                out.extend(self._judge(key, st, v, wkey, Judged(off, run.late_below, run.cls), log_start))
         while st.waiting_heap and st.waiting_heap[0][0] <= v.frontier:
             _, wkey = heapq.heappop(st.waiting_heap)
-            off = st.waiting.pop(wkey, None)
-            if off is not None:
-                out.extend(self._verdict(Verdict.EXPIRED if off < log_start else Verdict.LOST, key, st, v, off, wkey))
+            j = st.waiting.pop(wkey, None)
+            if j is not None:
+                out.extend(self._judge(key, st, v, wkey, j, log_start))
         return out
 
-    def _judge(self, key: ViewKey, st: AckedState, v: PartitionView, off: int, wkey: WriteKey,
+    def judge_ready(self, view: Any, log_start: Any) -> list[Violation]:
+        """Candidates whose offsets were read again: judged on the fresh view (counted or dropped)."""
+        out: list[Violation] = []
+        for c in self.candidates.take_ready():
+            wkey, j = c.data
+            v = view(c.key)
+            out.extend(self._judge(c.key, self.state(c.key), v, wkey, Judged(j.acked_at, -1, j.cls),
+                                   log_start(c.key)))
+        return out
+
+    def _candidate(self, key: ViewKey, v: PartitionView, wkey: WriteKey, j: Judged, *also: int) -> None:
+        need = [(j.acked_at, 1 if j.acked_at == 0 else min(j.acked_at + self.settle, j.late_below))]
+        need += [(o, o + 1) for o in also if o < j.late_below]
+        self.candidates.add(key, need, v.epoch, (wkey, j))
+
+    def _judge(self, key: ViewKey, st: AckedState, v: PartitionView, wkey: WriteKey, j: Judged,
                log_start: int) -> list[Violation]:
-        ident = wkey.ident
+        off, ident = j.acked_at, wkey.ident
         seen = v.reads_of.get(ident)
+        late = off < j.late_below
         if seen is not None and off in seen:
-            return []  # the common case: read exactly where it was acked
-        if off == 0 and v.start == 0 and ident == v.zero:
+            st.placed[ident] = j  # the common case: read exactly where it was acked
             return []
-        if off == 0 and v.start == 0 and bogus_zero_ack(0, ident, v.zero):
+        if off == 0 and v.start == 0 and v.zero is not None:
+            if ident == v.zero:
+                st.placed[ident] = j
+                return []
+            if late:
+                self._candidate(key, v, wkey, j, *(seen or ()))
+                return []
             out = [Violation(Invariant.ZERO_OFFSET, key.iso, key.topic_id, key.partition, (0,), ident[:2], ident[2],
-                             detail=f"acked at 0, offset 0 holds {v.zero}")]
+                             detail=f"acked at 0, offset 0 holds {v.zero}", **_cls(GUARANTEED, j.cls))]
             if seen:
                 out.append(self._mismatch(key, wkey, 0, seen[0]))
             else:
-                st.zero_wait.add(wkey)
+                st.zero_wait[wkey] = j.cls
             return out
         if off < v.forgotten_below:
             self.expired_unread += 1  # acked later than the horizon reaches back: the audit's
             return []
         verdict = acked_write_verdict(off, seen or (), v.frontier, v.start, self.settle, log_start)
-        return self._verdict(verdict, key, st, v, off, wkey)
-
-    def _verdict(self, verdict: Verdict, key: ViewKey, st: AckedState, v: PartitionView, off: int,
-                 wkey: WriteKey) -> list[Violation]:
-        if verdict is Verdict.EXPIRED:
+        if verdict is Verdict.OK:
+            st.placed[ident] = j
+        elif verdict is Verdict.EXPIRED:
             self.expired_unread += 1
+        elif verdict is Verdict.UNDECIDED:
+            st.waiting[wkey] = j
+            heapq.heappush(st.waiting_heap, (off + self.settle, wkey))
+        elif late:
+            self._candidate(key, v, wkey, j, *(seen or ()))
         elif verdict is Verdict.LOST:
             return [Violation(Invariant.LOST_WRITE, key.iso, key.topic_id, key.partition, (off,),
-                              (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {off}, reader at {v.frontier}")]
-        elif verdict is Verdict.MISMATCH:
-            return [self._mismatch(key, wkey, off, min(v.reads_of[wkey.ident]))]
-        elif verdict is Verdict.UNDECIDED:
-            st.waiting[wkey] = off
-            heapq.heappush(st.waiting_heap, (off + self.settle, wkey))
+                              (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {off}, reader at {v.frontier}",
+                              **_cls(j.cls.acked, j.cls))]
+        else:
+            return [self._mismatch(key, wkey, off, min(v.reads_of[ident]), cls=j.cls)]
         return []
 
     @staticmethod
-    def _mismatch(key: ViewKey, wkey: WriteKey, acked_at: int, read_at: int) -> Violation:
+    def _mismatch(key: ViewKey, wkey: WriteKey, acked_at: int, read_at: int, cause: str = "",
+                  cls: WriteClass | None = None) -> Violation:
         return Violation(Invariant.OFFSET_MISMATCH, key.iso, key.topic_id, key.partition, (acked_at, read_at),
-                         (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {acked_at}, read at {read_at}")
+                         (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {acked_at}, read at {read_at}",
+                         cause=cause, writer_name=cls.writer if cls else "")
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def forget(self, key: ViewKey, v: PartitionView) -> None:
+        st = self.views.get(key)
+        if st is not None:
+            for ident in [i for i, j in st.placed.items() if j.acked_at < v.forgotten_below]:
+                del st.placed[ident]
+        self.expired_unread += len(self.candidates.forget_below(key, v.forgotten_below))
 
     def unseen(self, cutoff_us: int) -> dict[Any, int]:
         """Per reader, expected writes acked before ``cutoff_us`` that the reader has not reached."""
         out: dict[Any, int] = {}
         for key, st in self.views.items():
-            n = sum(run[1] for run in st.pending if 0 < run[5] < cutoff_us)
+            n = sum(run.count for run in st.pending if 0 < run.done_ts_us < cutoff_us)
             out[key.iso] = out.get(key.iso, 0) + n
         return out
 
-    def to_doc(self) -> dict[str, Any]:
+    def undecided(self) -> int:
+        return (sum(r.count for st in self.views.values() for r in st.pending)
+                + sum(len(st.waiting) for st in self.views.values()) + len(self.candidates.items))
+
+    def to_doc(self, t: ClassTable) -> dict[str, Any]:
         return {"expired_unread": self.expired_unread,
-                "views": [[key.to_doc(), st.to_doc()] for key, st in self.views.items()]}
+                "views": [[key.to_doc(), st.to_doc(t)] for key, st in self.views.items()],
+                "candidates": self.candidates.to_doc(lambda d: [*d[0], *d[1].to_doc(t)])}
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any], settle: int) -> "AckedWritesFamily":
+    def from_doc(cls, doc: dict[str, Any], settle: int, t: ClassTable) -> "AckedWritesFamily":
         fam = cls(settle)
         fam.expired_unread = doc["expired_unread"]
-        fam.views = {ViewKey.from_doc(k): AckedState.from_doc(d, settle) for k, d in doc["views"]}
+        fam.views = {ViewKey.from_doc(k): AckedState.from_doc(d, settle, t) for k, d in doc["views"]}
+        fam.candidates = Pending.from_doc(doc["candidates"],
+                                          lambda d: (WriteKey(*d[:5]), Judged.from_doc(d[5:], t)))
         return fam
+
+
+def _cls(p: Promise, cls: WriteClass) -> dict[str, Any]:
+    """The violation fields that say how it is classed and whose write it was."""
+    return {"durability": p.durability, "reason": p.reason, "writer_name": cls.writer}

@@ -1,19 +1,24 @@
 """The incremental checker: state and new observations in, new state and violations out.
 
 It keeps what every family judges against — the ledger fold and, per reader, topic ID and
-partition, the :class:`~invariants.read_index.PartitionView` — and dispatches observations to
-the families, each of which holds its own spec, state and verdicts: acked writes
-(:mod:`invariants.acked_writes`), sequence (:mod:`invariants.sequence`), offsets
-(:mod:`invariants.offsets`), transactions (:mod:`invariants.transactions`) and accounting
-(:mod:`invariants.accounting`). Observations arrive in any interleaving of ledger entries and
-read batches; :meth:`Checker.settle` judges whatever became decidable. Every verdict is
-*stable* (reading further cannot change it), so splitting a history into different
-micro-batches, or saving the checker between batches and going on from the copy, gives the
-same violations as one pass over the whole history — the property the tests hammer, and what
-lets the live result equal the audit's.
+partition, the reader's current view of the log (:class:`~invariants.read_index.PartitionView`)
+— and dispatches observations to the families, each of which holds its own spec, state and
+verdicts: acked writes (:mod:`invariants.acked_writes`), sequence (:mod:`invariants.sequence`),
+offsets (:mod:`invariants.offsets`), transactions (:mod:`invariants.transactions`), unconfirmed
+writes (:mod:`invariants.unconfirmed`) and accounting (:mod:`invariants.accounting`).
+
+Observations arrive in any interleaving of ledger entries and reads. Reads at or above a
+reader's frontier extend its view; reads below it (Spark resuming lower after a truncation, or a
+range the runtime re-fetched because :meth:`Checker.refetch_wanted` asked for it) are compared
+with what the view held: a changed record is ``inconsistent_offset``, an acknowledged write that
+vanished is ``lost_write``, and verdicts that rested on the old content are made again. Verdicts
+that rest on offsets read before their evidence arrived wait for such a fresh read
+(:mod:`invariants.confirm`). So any split of a history into micro-batches, any interleaving, and
+any restart from the saved document give the same verdicts as the whole history read at once —
+the property the tests hammer, and what lets the live result equal the audit's.
 
 State is bounded: per view, offsets more than ``horizon_offsets`` behind the frontier are
-forgotten; transactions are dropped once judged and read past; the ledger fold keeps only
+forgotten; transactions are dropped a horizon after they are decided; the ledger fold keeps only
 writes still waiting for an outcome. Everything is keyed by topic ID, so a recreated topic
 starts a new history. :meth:`Checker.to_doc` / :meth:`Checker.from_doc` give the explicit,
 versioned form the watch saves after every batch.
@@ -21,43 +26,69 @@ versioned form the watch saves after every batch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from invariants import offsets
 from invariants.accounting import (
     AckedRun, EntriesMissing, LedgerEvent, LedgerFold, TxnDecided, TxnWriteAcked, TxnWriteDecided, TxnWriteIntended,
+    UnconfirmedRun, WriterClassified,
 )
 from invariants.acked_writes import AckedWritesFamily
 from invariants.catalog import Invariant, Isolation
-from invariants.ledger_format import LedgerEntry
+from invariants.confirm import merge, subtract
+from invariants.ledger_format import LedgerEntry, TopicSettings, WriterSettings
 from invariants.model import (
-    NONE, RC, RU, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
+    NONE, RC, RU, Durability, Ident, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
 )
+from invariants.offsets import OffsetsFamily
+from invariants.promises import UNKNOWN_CLASS, ClassTable, Promise, WriteClass, read_record
 from invariants.read_index import PartitionView
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
+from invariants.unconfirmed import UnconfirmedFamily
 
-DOC_VERSION = 2
+DOC_VERSION = 3
+
+
+@dataclass(frozen=True)
+class Refetch:
+    """A range of one partition to read again, in both isolation levels."""
+
+    topic_id: str
+    partition: int
+    lo: int
+    hi: int
 
 
 class Checker:
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, watched: Iterable[str] | None = None) -> None:
         self.settings = settings or Settings()
         self.sink = ViolationSink()
-        self.fold = LedgerFold()
+        self.fold = LedgerFold(watched)
         self.views: dict[ViewKey, PartitionView] = {}
+        self.writer_classes: dict[tuple[int, int], WriteClass] = {}
+        self.writer_info: dict[str, WriterSettings] = {}  # canary writers by configured name, as last announced
+        self.topic_settings: dict[str, TopicSettings] = {}
         self.acked = AckedWritesFamily(self.settings.settle_offsets)
-        self.sequence = SequenceFamily()
+        self.sequence = SequenceFamily(self.class_of)
+        self.offsets = OffsetsFamily(self.change_promise)
         self.txns = TransactionsFamily(self.settings.horizon_offsets)
+        self.unconfirmed = UnconfirmedFamily(self.settings.settle_offsets)
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
+        self.suspects: dict[ViewKey, list[list[int]]] = {}  # ranges to read again (evidence of a rewrite)
+        self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic, partition) -> offset
         self._dirty: set[ViewKey] = set()
 
     # -- what other code reads -------------------------------------------------------------
 
     @property
-    def counts(self) -> dict[tuple[Invariant, Isolation], int]:
+    def counts(self) -> dict[tuple[Invariant, Isolation, Durability], int]:
         return self.sink.counts
+
+    def count(self, inv: Invariant, iso: Isolation) -> int:
+        """All violations of one invariant in one isolation level, whatever their class."""
+        return sum(n for (i, s, _d), n in self.sink.counts.items() if i is inv and s is iso)
 
     @property
     def expired_unread(self) -> int:
@@ -74,6 +105,13 @@ class Checker:
         """Expected writes acked more than ``deadline_s`` ago that each reader has not reached."""
         return {RC: 0, RU: 0, **self.acked.unseen(now_us - int(deadline_s * 1e6))}
 
+    def class_of(self, writer: tuple[int, int]) -> WriteClass:
+        return self.writer_classes.get(writer, UNKNOWN_CLASS)
+
+    def change_promise(self, topic_id: str, _old: Ident | None) -> Promise:
+        """The class of a record changing under a reader: the topic's (unclean election or not)."""
+        return read_record(self.topic_settings.get(topic_id))
+
     # -- observations ----------------------------------------------------------------------
 
     def view(self, iso: Isolation, topic_id: str, partition: int) -> PartitionView:
@@ -82,6 +120,10 @@ class Checker:
         if v is None:
             v = self.views[key] = PartitionView()
         return v
+
+    def watch_topic_id(self, topic_id: str) -> None:
+        """A topic ID the runtime knows to be a watched canary topic (ledger entries of it count)."""
+        self.fold.watch_topic_id(topic_id)
 
     def apply_ledger(self, entries: Iterable[LedgerEntry]) -> None:
         for entry in entries:
@@ -92,66 +134,181 @@ class Checker:
         key = (topic_id, partition)
         self.log_start[key] = max(offset, self.log_start.get(key, 0))
 
-    def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read]) -> None:
-        """One reader's records of one partition, in offset order."""
+    def suspect(self, topic_id: str, partition: int, lo: int, hi: int) -> None:
+        """Evidence that [lo, hi) may have been rewritten (a high watermark that went backwards):
+        both readers read it again before anything resting on it is counted."""
+        for iso in (RC, RU):
+            v = self.views.get(ViewKey(iso, topic_id, partition))
+            if v is not None and v.start is not None and lo < v.frontier:
+                ranges = self.suspects.setdefault(ViewKey(iso, topic_id, partition), [])
+                ranges.append([max(lo, v.start, v.forgotten_below), min(hi, v.frontier)])
+                self.suspects[ViewKey(iso, topic_id, partition)] = [list(r) for r in merge(
+                    [(a, b) for a, b in ranges if a < b])]
+
+    def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read],
+                    covered: tuple[int, int] | None = None) -> None:
+        """One reader's records of one partition, in offset order. ``covered``: the range they were
+        read from, when it was read whole (a re-fetch); offsets in it with no record held none."""
         key = ViewKey(iso, topic_id, partition)
         v = self.view(iso, topic_id, partition)
         other = self.views.get(ViewKey(RU if iso is RC else RC, topic_id, partition))
-        report = self.sink.extend
         self._dirty.add(key)
-        for r in reads:
-            off, ident = r.offset, r.ident
-            if off < v.frontier:
-                continue  # a re-read of an offset already judged
-            prev, new_offset = v.record(off, ident)
-            report(offsets.cross_reader(key, off, ident, other))
-            if not is_canary(ident):
-                continue
-            self.records_checked[iso] += 1
-            report(self.sequence.on_read(key, off, ident, prev, new_offset))
-            wkey = WriteKey(topic_id, partition, *ident)
-            report(self.acked.on_read(key, off, wkey))
-            if r.txn_id:
-                report(self.txns.on_read(iso, TxnKey(wkey.writer_id, wkey.inc, r.txn_id), wkey, off))
+        fresh_from = v.frontier
+        again = [r for r in reads if r.offset < fresh_from]
+        fresh: list[tuple[int, int]] = []
+        if again or covered is not None:
+            lo, hi = covered if covered is not None else (again[0].offset, again[-1].offset + 1)
+            hi = min(hi, fresh_from)
+            if lo < hi:
+                self._read_again(key, v, other, [r for r in again if lo <= r.offset < hi], lo, hi)
+                fresh.append((lo, hi))
+        if covered is None:  # a re-fetch only ever reads again what this reader read; Spark reads on
+            for r in reads:
+                if r.offset >= v.frontier:
+                    self._read_first(key, v, other, r, fresh_from)
+        if v.frontier > fresh_from:
+            fresh.append((fresh_from, v.frontier))
+        v.epoch += 1
+        for lo, hi in fresh:
+            self.acked.candidates.read_again(key, lo, hi, v.epoch)
+            self.sequence.candidates.read_again(key, lo, hi, v.epoch)
+            if key in self.suspects:
+                self.suspects[key] = subtract(self.suspects[key], lo, hi)
+
+    def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read,
+                    fresh_from: int) -> None:
+        off, ident = r.offset, r.ident
+        prev, new_offset = v.record(off, ident)
+        report = self.sink.extend
+        report(self.offsets.cross_reader(key, off, ident, other))
+        if not is_canary(ident):
+            return
+        self.records_checked[key.iso] += 1
+        report(self.sequence.on_read(key, v, off, ident, prev, new_offset, fresh_from))
+        self._canary_read(key, v, r)
+
+    def _canary_read(self, key: ViewKey, v: PartitionView, r: Read) -> None:
+        wkey = WriteKey(key.topic_id, key.partition, *r.ident)
+        self.sink.extend(self.acked.on_read(key, v, r.offset, wkey))
+        self.unconfirmed.on_read(key, (wkey.writer_id, wkey.inc), wkey.seq)
+        if r.txn_id:
+            self.sink.extend(self.txns.on_read(key.iso, TxnKey(wkey.writer_id, wkey.inc, r.txn_id), wkey, r.offset))
+
+    def _read_again(self, key: ViewKey, v: PartitionView, other: PartitionView | None, reads: list[Read],
+                    lo: int, hi: int) -> None:
+        """Offsets [lo, hi) read again: bring the view up to date, judge what changed."""
+        found = {r.offset: r for r in reads}
+        changed: list[tuple[int, Ident | None, Read | None]] = []
+        offsets = range(max(lo, v.start or 0, v.forgotten_below), hi)
+        for off in ([0] if lo == 0 and v.remembers(0) and 0 not in offsets else []) + list(offsets):
+            r = found.get(off)
+            old = v.held(off) if r is None else v.replace(off, r.ident)
+            if r is None and old is not None:
+                v.remove(off)
+            if old != (None if r is None else r.ident):
+                changed.append((off, old, r))
+        report = self.sink.extend
+        for off, old, r in changed:
+            new = None if r is None else r.ident
+            report(self.offsets.on_change(key, off, old, new))
+            if old is not None and is_canary(old):
+                report(self.acked.on_vanished(key, v, off, old))
+                if key.iso is RC:
+                    self.txns.on_vanished(WriteKey(key.topic_id, key.partition, *old), off)
+            if new is not None:
+                report(self.offsets.cross_reader(key, off, new, other))
+                if is_canary(new):
+                    self.records_checked[key.iso] += 1
+                    self._canary_read(key, v, r)
+        report(self.sequence.on_reread(key, v, [(off, r.ident) for off, _o, r in changed
+                                                if r is not None and is_canary(r.ident)], lo))
+        if changed and hi < v.frontier:  # the rest of what this reader read may have changed too
+            self.suspect(key.topic_id, key.partition, changed[0][0], v.frontier)
+
+    def refetch_wanted(self) -> list[Refetch]:
+        """Ranges to read again directly (both isolation levels) before verdicts resting on them count."""
+        wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for tid, p, lo, hi in [*self.acked.candidates.wanted(), *self.sequence.candidates.wanted()]:
+            wanted.setdefault((tid, p), []).append((lo, hi))
+        for key, ranges in self.suspects.items():
+            wanted.setdefault((key.topic_id, key.partition), []).extend((a, b) for a, b in ranges)
+        gap = self.settings.settle_offsets
+        return [Refetch(tid, p, lo, hi) for (tid, p), ranges in sorted(wanted.items())
+                for lo, hi in merge(ranges, gap)]
 
     def settle(self) -> list[Violation]:
         """Judge everything that became decidable; returns the new violations."""
         for key in sorted(self._dirty, key=lambda k: (k.iso.value, k.topic_id, k.partition)):
             v = self.views[key]
             self.sink.extend(self.acked.settle_view(key, v, self.log_start.get((key.topic_id, key.partition), 0)))
-            v.forget(self.settings.horizon_offsets)
-        self._dirty.clear()
+        self.sink.extend(self.acked.judge_ready(lambda k: self.views[k],
+                                                lambda k: self.log_start.get((k.topic_id, k.partition), 0)))
+        self.sink.extend(self.sequence.judge_ready(lambda k: self.views[k]))
         self.sink.extend(self.txns.judge(self.view))
+        for key in self._dirty:
+            v = self.views[key]
+            v.forget(self.settings.horizon_offsets)
+            self.acked.forget(key, v)
+            self.sequence.forget(key, v)
+            self.offsets.forget(key, v)
+            if key in self.suspects:
+                self.suspects[key] = subtract(self.suspects[key], 0, v.forgotten_below)
+        self._dirty.clear()
         return self.sink.take()
 
     # -- ledger events ---------------------------------------------------------------------
 
-    def _expect(self, iso: Isolation, wkey: WriteKey, off: int, done_ts_us: int) -> None:
-        key = ViewKey(iso, wkey.topic_id, wkey.partition)
-        self.view(*key)
-        self.acked.expect(key, off, 1, wkey.writer_id, wkey.inc, wkey.seq, done_ts_us)
+    def _expect(self, iso: Isolation, tid: str, p: int, first_offset: int, count: int, writer_id: int, inc: int,
+                first_seq: int, done_ts_us: int, cls: WriteClass) -> None:
+        key = ViewKey(iso, tid, p)
+        self.acked.expect(key, self.view(iso, tid, p), first_offset, count, writer_id, inc, first_seq, done_ts_us,
+                          cls)
         self._dirty.add(key)
+
+    def _acked_at(self, writer_id: int, inc: int, tid: str, p: int, first_offset: int, last_offset: int) -> None:
+        """An acknowledgement that goes backwards for a writer and partition is evidence of a rewrite."""
+        k = (writer_id, inc, tid, p)
+        top = self.max_acked.get(k)
+        if top is not None and first_offset < top:
+            self.suspect(tid, p, first_offset, top + 1)
+        self.max_acked[k] = max(last_offset, top if top is not None else -1)
 
     def _ledger_event(self, ev: LedgerEvent) -> None:
         if isinstance(ev, AckedRun):
+            self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset,
+                           ev.first_offset + ev.count - 1)
+            for iso in (RU, RC):
+                self._expect(iso, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc,
+                             ev.first_seq, ev.done_ts_us, ev.cls)
+        elif isinstance(ev, TxnWriteAcked):
+            w = ev.write
+            self._acked_at(w.writer_id, w.inc, w.topic_id, w.partition, ev.offset, ev.offset)
+            self._expect(RU, w.topic_id, w.partition, ev.offset, 1, w.writer_id, w.inc, w.seq, ev.done_ts_us, ev.cls)
+            if self.txns.on_acked(ev):
+                self._expect(RC, w.topic_id, w.partition, ev.offset, 1, w.writer_id, w.inc, w.seq, ev.done_ts_us,
+                             ev.cls)
+        elif isinstance(ev, UnconfirmedRun):
             for iso in (RU, RC):
                 key = ViewKey(iso, ev.topic_id, ev.partition)
-                self.view(*key)
-                self.acked.expect(key, ev.first_offset, ev.count, ev.writer_id, ev.inc, ev.first_seq, ev.done_ts_us)
-                self._dirty.add(key)
-        elif isinstance(ev, TxnWriteAcked):
-            self._expect(RU, ev.write, ev.offset, ev.done_ts_us)
-            if self.txns.on_acked(ev):
-                self._expect(RC, ev.write, ev.offset, ev.done_ts_us)
+                top = self.sequence.max_seq.get(key, {}).get((ev.writer_id, ev.inc))
+                self.unconfirmed.expect(key, self.view(*key), (ev.writer_id, ev.inc), ev.first_seq, ev.count,
+                                        None if top is None else top[0])
         elif isinstance(ev, TxnWriteIntended):
-            self.txns.on_intended(ev.write, ev.txn)
+            self.txns.on_intended(ev.write, ev.txn, ev.cls)
         elif isinstance(ev, TxnWriteDecided):
             self.txns.on_write_decided(ev.write, ev.txn)
         elif isinstance(ev, TxnDecided):
             expect, found = self.txns.on_decided(ev)
             for wkey, off in expect:
-                self._expect(RC, wkey, off, 0)
+                cls = self.txns.txns[ev.txn].cls
+                self._expect(RC, wkey.topic_id, wkey.partition, off, 1, wkey.writer_id, wkey.inc, wkey.seq, 0, cls)
             self.sink.extend(found)
+        elif isinstance(ev, WriterClassified):
+            self.writer_classes[(ev.writer_id, ev.inc)] = ev.cls
+            if ev.settings.role == "canary":
+                self.writer_info[ev.settings.name] = ev.settings
+            if ev.topic_settings is not None:
+                self.topic_settings[ev.topic_id] = ev.topic_settings
         elif isinstance(ev, EntriesMissing):
             for n in range(ev.first_n, ev.first_n + ev.count):  # one violation (and evidence line) per lost entry
                 self.sink.add(Violation(Invariant.OUTCOME_GAP, NONE, detail=f"{ev.instance} incarnation {ev.inc}: "
@@ -160,32 +317,53 @@ class Checker:
     # -- durable form ----------------------------------------------------------------------
 
     def to_doc(self) -> dict[str, Any]:
-        return {
-            "version": DOC_VERSION,
-            "counts": [[inv.value, iso.value, n] for (inv, iso), n in self.sink.counts.items()],
+        t = ClassTable()
+        body = {
+            "counts": [[inv.value, iso.value, d.value, n] for (inv, iso, d), n in self.sink.counts.items()],
+            "lost_by_writer": [[w, iso.value, d.value, n] for (w, iso, d), n in self.sink.lost_by_writer.items()],
             "records_checked": {iso.value: n for iso, n in self.records_checked.items()},
             "log_start": [[tid, p, off] for (tid, p), off in self.log_start.items()],
             "views": [[key.to_doc(), v.to_doc()] for key, v in self.views.items()],
             "dirty": [key.to_doc() for key in self._dirty],
+            "suspects": [[key.to_doc(), ranges] for key, ranges in self.suspects.items() if ranges],
+            "max_acked": [[*k, off] for k, off in self.max_acked.items()],
+            "writer_classes": [[wid, inc, t.ref(c)] for (wid, inc), c in self.writer_classes.items()],
+            "topic_settings": [[tid, s.replication_factor, s.min_insync_replicas, s.unclean_leader_election]
+                               for tid, s in self.topic_settings.items()],
+            "writer_info": [[w.name, w.role, w.acks, w.idempotence, w.transactional, w.message_timeout_ms]
+                            for w in self.writer_info.values()],
             "fold": self.fold.to_doc(),
-            "acked": self.acked.to_doc(),
+            "acked": self.acked.to_doc(t),
             "sequence": self.sequence.to_doc(),
-            "txns": self.txns.to_doc(),
+            "offsets": self.offsets.to_doc(),
+            "txns": self.txns.to_doc(t),
+            "unconfirmed": self.unconfirmed.to_doc(),
         }
+        return {"version": DOC_VERSION, "classes": t.to_doc(), **body}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], settings: Settings) -> "Checker":
         if doc.get("version") != DOC_VERSION:
             raise ValueError(f"checker state version {doc.get('version')!r}, this code reads {DOC_VERSION}")
+        t = ClassTable.from_doc(doc["classes"])
         ck = cls(settings)
-        for inv, iso, n in doc["counts"]:
-            ck.sink.counts[(Invariant(inv), Isolation(iso))] = n
+        for inv, iso, d, n in doc["counts"]:
+            ck.sink.counts[(Invariant(inv), Isolation(iso), Durability(d))] = n
+        for w, iso, d, n in doc["lost_by_writer"]:
+            ck.sink.lost_by_writer[(w, Isolation(iso), Durability(d))] = n
         ck.records_checked = {Isolation(k): n for k, n in doc["records_checked"].items()}
         ck.log_start = {(tid, p): off for tid, p, off in doc["log_start"]}
         ck.views = {ViewKey.from_doc(k): PartitionView.from_doc(v) for k, v in doc["views"]}
         ck._dirty = {ViewKey.from_doc(k) for k in doc["dirty"]}
+        ck.suspects = {ViewKey.from_doc(k): ranges for k, ranges in doc["suspects"]}
+        ck.max_acked = {tuple(row[:4]): row[4] for row in doc["max_acked"]}
+        ck.writer_classes = {(wid, inc): t.get(i) for wid, inc, i in doc["writer_classes"]}
+        ck.topic_settings = {tid: TopicSettings(rf, isr, unclean) for tid, rf, isr, unclean in doc["topic_settings"]}
+        ck.writer_info = {row[0]: WriterSettings(*row) for row in doc["writer_info"]}
         ck.fold = LedgerFold.from_doc(doc["fold"])
-        ck.acked = AckedWritesFamily.from_doc(doc["acked"], settings.settle_offsets)
-        ck.sequence = SequenceFamily.from_doc(doc["sequence"])
-        ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets)
+        ck.acked = AckedWritesFamily.from_doc(doc["acked"], settings.settle_offsets, t)
+        ck.sequence = SequenceFamily.from_doc(doc["sequence"], ck.class_of)
+        ck.offsets = OffsetsFamily.from_doc(doc["offsets"], ck.change_promise)
+        ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets, t)
+        ck.unconfirmed = UnconfirmedFamily.from_doc(doc["unconfirmed"], settings.settle_offsets)
         return ck

@@ -6,16 +6,21 @@ entry any other way. An entry is a :class:`LedgerEntry`: who wrote it (:class:`W
 instance id, 64-bit writer id, incarnation), its number ``n`` (per writer, from 0, so a lost
 entry is a detectable gap), the writer's clock ``ts_us``, and a body:
 
-``Start``     the writer's topic (name, ID, partitions) and settings (acks, idempotence, ...)
-``Intent``    writes about to be sent (ranges of seqs per partition) and, for a transaction,
-              its id, size and whether it is meant to be aborted — durable *before* the send
-``Outcomes``  run-length encoded outcomes: seq ``first_seq + i`` got ``first_offset + i``
-              (offset -1 unless acked)
-``TxnEnd``    a transaction's outcome (``committed``/``aborted`` only when that call returned)
-``Stop``      clean shutdown: every intent of this incarnation has an outcome
+``Start``       the writer's topic (name, ID, partitions), its settings (acks, idempotence, ...)
+                and the topic's durability settings as the writer read them
+``Intent``      writes about to be sent (ranges of seqs per partition) and, for a transaction,
+                its id, size and whether it is meant to be aborted — durable *before* the send
+``Outcomes``    run-length encoded outcomes: seq ``first_seq + i`` got ``first_offset + i``
+                (offset -1 unless acked), with the transaction id of the writes (0: none)
+``TxnEnd``      a transaction's outcome (``committed``/``aborted`` only when that call returned)
+``Checkpoint``  every few seconds: the topic and its settings as observed now, the writes still
+                waiting for an outcome and the open transaction — so a reader that joins in the
+                middle of the ledger (retention trimmed its head) knows where the writer stands
+``Stop``        clean shutdown: every intent of this incarnation has an outcome
 
-On the wire an entry is one JSON object (``{"v": 1, "instance", "writer_id", "inc", "n",
-"ts_us", "kind", ...body}``; outcome runs are compact lists). JSON is not I/O: encoding and
+On the wire an entry is one JSON object (``{"v": 2, "instance", "writer_id", "inc", "n",
+"ts_us", "kind", ...body}``; outcome runs are compact lists). Version 1 entries (Vigil 0.1:
+no topic settings, no checkpoints, no transaction id on outcome runs) are still read. JSON is not I/O: encoding and
 decoding are pure. :func:`decode` returns a :class:`LedgerEntry` or raises
 :class:`LedgerFormatError` saying what is wrong (an entry of an unknown version names it);
 callers count those as malformed and carry on.
@@ -30,7 +35,8 @@ from typing import Any, Union
 
 from invariants.errors import VigilError
 
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class WriteOutcome(str, enum.Enum):
@@ -76,11 +82,22 @@ class WriterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """The canary topic's durability settings as a writer observed them (DescribeConfigs and the
+    partitions' replica lists): what Kafka promises depends on them."""
+
+    replication_factor: int
+    min_insync_replicas: int
+    unclean_leader_election: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Start:
     topic: str
     topic_id: str
     partitions: int
     settings: WriterSettings = field(default_factory=WriterSettings)
+    topic_settings: TopicSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +134,7 @@ class OutcomeRun:
     send_ts_us: int
     done_ts_us: int
     error: str | None = None
+    txn_id: int = 0  # the transaction the writes belong to (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +151,45 @@ class TxnEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingWrites:
+    """Writes with a durable intent and no outcome yet."""
+
+    partition: int
+    first_seq: int
+    count: int
+    txn_id: int
+    intent_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTxn:
+    """A transaction begun and not ended: its whole intent."""
+
+    id: int
+    size: int
+    abort: bool
+    writes: tuple[WriteRange, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    topic: str
+    topic_id: str
+    partitions: int
+    settings: WriterSettings
+    topic_settings: TopicSettings | None
+    pending: tuple[PendingWrites, ...] = ()
+    open_txns: tuple[OpenTxn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     pass
 
 
-Body = Union[Start, Intent, Outcomes, TxnEnd, Stop]
-KINDS: dict[type, str] = {Start: "start", Intent: "intent", Outcomes: "outcomes", TxnEnd: "txn", Stop: "stop"}
+Body = Union[Start, Intent, Outcomes, TxnEnd, Checkpoint, Stop]
+KINDS: dict[type, str] = {Start: "start", Intent: "intent", Outcomes: "outcomes", TxnEnd: "txn",
+                          Checkpoint: "checkpoint", Stop: "stop"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,18 +212,35 @@ def _settings_json(s: WriterSettings) -> dict[str, Any]:
             "transactional": s.transactional, "message_timeout_ms": s.message_timeout_ms}
 
 
+def _topic_json(t: TopicSettings | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {"replication_factor": t.replication_factor, "min_insync_replicas": t.min_insync_replicas,
+            "unclean_leader_election": t.unclean_leader_election}
+
+
 def _run_json(r: OutcomeRun) -> list[Any]:
-    return [r.partition, r.first_seq, r.count, r.outcome.value, r.first_offset, r.send_ts_us, r.done_ts_us, r.error]
+    return [r.partition, r.first_seq, r.count, r.outcome.value, r.first_offset, r.send_ts_us, r.done_ts_us, r.error,
+            r.txn_id]
+
+
+def _ranges_json(writes: tuple[WriteRange, ...]) -> list[list[int]]:
+    return [[w.partition, w.first_seq, w.count] for w in writes]
 
 
 def _body_json(body: Body) -> dict[str, Any]:
     if isinstance(body, Start):
         return {"topic": body.topic, "topic_id": body.topic_id, "partitions": body.partitions,
-                "writer": _settings_json(body.settings)}
+                "writer": _settings_json(body.settings), "topic_settings": _topic_json(body.topic_settings)}
     if isinstance(body, Intent):
         txn = None if body.txn is None else {"id": body.txn.id, "size": body.txn.size, "abort": body.txn.abort}
-        return {"topic_id": body.topic_id, "writes": [[w.partition, w.first_seq, w.count] for w in body.writes],
-                "txn": txn}
+        return {"topic_id": body.topic_id, "writes": _ranges_json(body.writes), "txn": txn}
+    if isinstance(body, Checkpoint):
+        return {"topic": body.topic, "topic_id": body.topic_id, "partitions": body.partitions,
+                "writer": _settings_json(body.settings), "topic_settings": _topic_json(body.topic_settings),
+                "pending": [[w.partition, w.first_seq, w.count, w.txn_id, w.intent_ts_us] for w in body.pending],
+                "open_txns": [{"id": t.id, "size": t.size, "abort": t.abort, "writes": _ranges_json(t.writes)}
+                              for t in body.open_txns]}
     if isinstance(body, Outcomes):
         return {"topic_id": body.topic_id, "runs": [_run_json(r) for r in body.runs]}
     if isinstance(body, TxnEnd):
@@ -221,26 +289,52 @@ def _settings(raw: Any) -> WriterSettings:
                           message_timeout_ms=int(raw.get("message_timeout_ms", 30000)))
 
 
+def _topic_settings(raw: Any) -> TopicSettings | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise LedgerFormatError(f"topic_settings: {raw!r} is not an object")
+    return TopicSettings(_req(raw, "replication_factor", int), _req(raw, "min_insync_replicas", int),
+                         _req(raw, "unclean_leader_election", bool))
+
+
+def _ranges(raw: Any, what: str) -> tuple[WriteRange, ...]:
+    if not isinstance(raw, list):
+        raise LedgerFormatError(f"{what}: not a list")
+    return tuple(WriteRange(*_ints(w, 3, what)) for w in raw)
+
+
 def _run(raw: Any) -> OutcomeRun:
-    if not isinstance(raw, list) or len(raw) != 8:
-        raise LedgerFormatError(f"outcome run: expected 8 fields, got {raw!r}")
-    p, first, count, outcome, offset, send, done, error = raw
-    _ints([p, first, count, offset, send, done], 6, "outcome run")
+    if not isinstance(raw, list) or len(raw) not in (8, 9):  # version 1 runs have no transaction id
+        raise LedgerFormatError(f"outcome run: expected 8 or 9 fields, got {raw!r}")
+    p, first, count, outcome, offset, send, done, error, *txn = raw
+    _ints([p, first, count, offset, send, done, *txn], 6 + len(txn), "outcome run")
     try:
         out = WriteOutcome(outcome)
     except ValueError:
         raise LedgerFormatError(f"outcome run: unknown outcome {outcome!r}") from None
     if error is not None and not isinstance(error, str):
         raise LedgerFormatError(f"outcome run: error {error!r} is not text")
-    return OutcomeRun(p, first, count, out, offset, send, done, error)
+    return OutcomeRun(p, first, count, out, offset, send, done, error, txn[0] if txn else 0)
 
 
 def _body(kind: str, obj: dict[str, Any]) -> Body:
     if kind == "start":
         return Start(_req(obj, "topic", str), _req(obj, "topic_id", str), _req(obj, "partitions", int),
-                     _settings(obj.get("writer")))
+                     _settings(obj.get("writer")), _topic_settings(obj.get("topic_settings")))
+    if kind == "checkpoint":
+        pending = tuple(PendingWrites(*_ints(w, 5, "checkpoint pending")) for w in _req(obj, "pending", list))
+        txns = []
+        for t in _req(obj, "open_txns", list):
+            if not isinstance(t, dict):
+                raise LedgerFormatError(f"checkpoint open_txns: {t!r} is not an object")
+            txns.append(OpenTxn(_req(t, "id", int), _req(t, "size", int), bool(t.get("abort")),
+                                _ranges(t.get("writes"), "checkpoint open txn writes")))
+        return Checkpoint(_req(obj, "topic", str), _req(obj, "topic_id", str), _req(obj, "partitions", int),
+                          _settings(obj.get("writer")), _topic_settings(obj.get("topic_settings")), pending,
+                          tuple(txns))
     if kind == "intent":
-        writes = tuple(WriteRange(*_ints(w, 3, "intent write")) for w in _req(obj, "writes", list))
+        writes = _ranges(_req(obj, "writes", list), "intent write")
         raw_txn = obj.get("txn")
         txn = None
         if raw_txn is not None:
@@ -273,8 +367,8 @@ def decode(value: bytes | None) -> LedgerEntry:
     if not isinstance(obj, dict):
         raise LedgerFormatError("not a JSON object")
     version = obj.get("v")
-    if version != LEDGER_VERSION:
+    if version not in READABLE_VERSIONS:
         raise LedgerFormatError(f"ledger entry version {version!r} is not readable by this Vigil "
-                                f"(it reads version {LEDGER_VERSION})")
+                                f"(it reads versions {', '.join(map(str, READABLE_VERSIONS))})")
     writer = WriterRef(_req(obj, "instance", str), _req(obj, "writer_id", int), _req(obj, "inc", int))
     return LedgerEntry(writer, _req(obj, "n", int), _req(obj, "ts_us", int), _body(_req(obj, "kind", str), obj))

@@ -8,21 +8,23 @@ gauge ``vigil_stalled`` shows the episodes currently open.
 
 **stalled_poll** (per reader and partition, from the direct poll prober). Records are
 available — the high watermark (``read_uncommitted``) or the last stable offset
-(``read_committed``) is beyond the prober's position — but polls return nothing and the
-position does not move, for longer than the threshold. Cannot be inferred from Spark alone: a
-query plans all partitions together, so one hung fetch blocks every partition of the batch.
-False positives: a threshold below the broker's fetch/session timeouts reports a slow broker
-as stalled (that is the point). Cannot be inferred: records nobody can show exist — when the
-leader stops answering, the prober knows of waiting records from the last watermarks it got
-and from the writers' acked offsets in the ledger; if that leader also leads the writer's
-ledger partition, the evidence arrives only after the ledger fails over.
-Implies: end-to-end latency and ``unseen`` rise for the same partition.
+(``read_committed``) the prober listed is beyond the prober's position — but polls return
+nothing and the position does not move, for longer than the threshold. Records acknowledged
+above the high watermark (an ``acks=1`` leader cut off from its followers keeps acknowledging
+writes no reader may see) are not available, and their wait is not a stall. Cannot be inferred
+from Spark alone: a query plans all partitions together, so one hung fetch blocks every
+partition of the batch. False positives: a threshold below the broker's fetch/session timeouts
+reports a slow broker as stalled (that is the point). Cannot be inferred: records nobody can
+show exist — when the leader stops answering, the prober knows of waiting records from the last
+watermarks it listed. Implies: end-to-end latency and ``unseen`` rise for the same partition.
 
 **lso_stuck** (``read_committed``, per partition). The last stable offset does not advance
 while the high watermark is beyond it and moves on, for longer than the canary's longest
-transaction plus a margin (the threshold): a hanging transaction. Implies ``unseen`` for
-``read_committed`` on that partition until the transaction ends. False positives: another
-application's long transaction on the canary topic (the canary topic should be Vigil's own).
+transaction plus a margin (the threshold): a hanging transaction. Judged on fresh listings only:
+a leader that does not answer (a restart) leaves the last values it gave, which must not look
+like a frozen LSO. Implies ``unseen`` for ``read_committed`` on that partition until the
+transaction ends. False positives: another application's long transaction on the canary topic
+(the canary topic should be Vigil's own).
 
 **producer_stalled** (per writer). A canary writer has a write waiting for its outcome for
 longer than the threshold (from the ledger's intents, which are durable before the send).
@@ -84,9 +86,9 @@ def poll_stuck(prev: PollProgress, position: int, available_end: int) -> bool:
     return available_end > position and position <= prev.position
 
 
-def lso_stuck(prev_lso: int, lso: int, high_watermark: int) -> bool:
-    """The LSO has not moved while there is data beyond it."""
-    return lso <= prev_lso and high_watermark > lso
+def lso_stuck(prev_lso: int, lso: int, prev_high_watermark: int, high_watermark: int) -> bool:
+    """The LSO has not moved while the high watermark is beyond it and moved on."""
+    return lso <= prev_lso and high_watermark > lso and high_watermark > prev_high_watermark
 
 
 class LivenessJudge:
@@ -102,7 +104,7 @@ class LivenessJudge:
         self.lso_episodes = StallTracker(lso_s)
         self.producers = StallTracker(0.0)
         self.prev: dict[tuple[Isolation, int], PollProgress] = {}
-        self.prev_lso: dict[int, int] = {}
+        self.prev_lso: dict[int, tuple[int, int]] = {}  # partition -> (LSO, high watermark) last listed
 
     def forget_positions(self) -> None:
         """The readers were reassigned (a new topic ID): earlier positions mean nothing."""
@@ -126,14 +128,20 @@ class LivenessJudge:
         return out
 
     def lso(self, topic_id: str, p: int, lso: int, high_watermark: int, now: float) -> list[Violation]:
-        prev_lso = self.prev_lso.get(p)
+        """A fresh listing of one partition's LSO and high watermark."""
+        prev = self.prev_lso.get(p)
         out = []
-        observed = prev_lso is not None and lso >= 0
-        if observed and self.lso_episodes.observe(p, lso_stuck(prev_lso, lso, high_watermark), now):
-            out.append(Violation(Invariant.LSO_STUCK, RC, topic_id, p, (lso, high_watermark),
-                                 detail=f"LSO {lso} frozen below high watermark {high_watermark}"))
+        if prev is not None and lso >= 0:
+            moving_on = lso_stuck(prev[0], lso, prev[1], high_watermark)
+            frozen = lso <= prev[0] and high_watermark > lso
+            # an open episode lasts while the LSO stays frozen below data; it starts only when the
+            # high watermark moves on past a frozen LSO
+            stuck = frozen if p in self.lso_episodes.since else moving_on
+            if self.lso_episodes.observe(p, stuck, now):
+                out.append(Violation(Invariant.LSO_STUCK, RC, topic_id, p, (lso, high_watermark),
+                                     detail=f"LSO {lso} frozen below high watermark {high_watermark}"))
         if lso >= 0:
-            self.prev_lso[p] = lso
+            self.prev_lso[p] = (lso, high_watermark)
         return out
 
     def producer(self, instance: str, writer: tuple[int, int], oldest_pending_us: int | None,

@@ -95,6 +95,17 @@ class Settings:
     horizon_offsets: int = 20_000
 
 
+class Durability(str, enum.Enum):
+    """Whether a violation breaks a promise Kafka makes (see :mod:`invariants.promises`)."""
+
+    GUARANTEED = "guaranteed"
+    AT_RISK = "at_risk"
+    UNKNOWN = "unknown"
+
+
+DURABILITIES = tuple(Durability)
+
+
 class Verdict(str, enum.Enum):
     OK = "ok"
     UNDECIDED = "undecided"
@@ -114,6 +125,10 @@ class Violation:
     seq: int | None = None
     txn_id: int | None = None
     detail: str = ""
+    durability: Durability = Durability.GUARANTEED
+    reason: str = ""  # why the configuration allowed it (at_risk) or why the class is unknown
+    writer_name: str = ""  # the writer's configured name, when the ledger said it
+    cause: str = ""  # e.g. "vanished": a record that was read and later disappeared
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,7 +136,8 @@ class Violation:
             "partition": self.partition, "offsets": list(self.offsets),
             "writer_id": None if self.writer is None else f"{self.writer[0]:016x}",
             "incarnation": None if self.writer is None else self.writer[1], "seq": self.seq,
-            "txn_id": self.txn_id, "detail": self.detail,
+            "txn_id": self.txn_id, "detail": self.detail, "durability": self.durability.value,
+            "reason": self.reason, "writer": self.writer_name, "cause": self.cause,
         }
 
 
@@ -129,11 +145,14 @@ class ViolationSink:
     """Where the families report: counts per (invariant, isolation) and the new violations."""
 
     def __init__(self) -> None:
-        self.counts: Counter[tuple[Invariant, Isolation]] = Counter()
+        self.counts: Counter[tuple[Invariant, Isolation, Durability]] = Counter()
+        self.lost_by_writer: Counter[tuple[str, Isolation, Durability]] = Counter()
         self.new: list[Violation] = []
 
     def add(self, v: Violation) -> None:
-        self.counts[(v.invariant, v.isolation)] += 1
+        self.counts[(v.invariant, v.isolation, v.durability)] += 1
+        if v.invariant is Invariant.LOST_WRITE:
+            self.lost_by_writer[(v.writer_name, v.isolation, v.durability)] += 1
         self.new.append(v)
 
     def extend(self, vs: list[Violation]) -> None:

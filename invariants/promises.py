@@ -41,17 +41,11 @@ ledger, classify every write alike.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from invariants.catalog import Invariant
 from invariants.ledger_format import TopicSettings, WriterSettings
-
-
-class Durability(str, enum.Enum):
-    GUARANTEED = "guaranteed"
-    AT_RISK = "at_risk"
-    UNKNOWN = "unknown"
+from invariants.model import Durability
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,18 +110,55 @@ def transaction(topic: TopicSettings | None) -> Promise:
     return Promise(Durability.AT_RISK, weakness) if weakness else GUARANTEED
 
 
-def for_invariant(invariant: Invariant, writer: WriterSettings | None, topic: TopicSettings | None,
-                  vanished: bool = False) -> Promise:
-    """The class of one violation of ``invariant`` by a write of ``writer`` (None: not a canary
-    record, or a writer whose settings were never seen) on a topic with ``topic`` settings."""
-    if invariant is Invariant.LOST_WRITE:
-        if vanished:
-            return read_record(topic)
-        return acked_write(writer, topic) if writer is not None else UNKNOWN
-    if invariant is Invariant.INCONSISTENT_OFFSET:
-        return read_record(topic)
-    if invariant in (Invariant.DUPLICATE, Invariant.REORDER):
-        return ordering(writer, topic) if writer is not None else UNKNOWN
-    if invariant in (Invariant.ABORTED_READ, Invariant.PARTIAL_TXN):
-        return transaction(topic)
-    return GUARANTEED
+@dataclass(frozen=True, slots=True)
+class WriteClass:
+    """The classes of every verdict on one writer's writes, as of one observation of the topic."""
+
+    writer: str  # the writer's configured name ("" when its Start entry was not seen)
+    acked: Promise  # an acknowledged write never read where acknowledged
+    read: Promise  # a record read and later changed or gone
+    order: Promise  # duplicate, reorder
+    txn: Promise  # aborted_read, partial_txn
+
+    def to_doc(self) -> list:
+        return [self.writer, self.acked.to_doc(), self.read.to_doc(), self.order.to_doc(), self.txn.to_doc()]
+
+    @classmethod
+    def from_doc(cls, d: list) -> "WriteClass":
+        return cls(d[0], *(Promise.from_doc(p) for p in d[1:]))
+
+
+UNKNOWN_CLASS = WriteClass("", UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+
+
+def classify(writer: WriterSettings | None, topic: TopicSettings | None) -> WriteClass:
+    """The classes of ``writer``'s writes on a topic with ``topic`` settings (None: not seen)."""
+    if writer is None:
+        return WriteClass("", UNKNOWN, read_record(topic), UNKNOWN, transaction(topic))
+    return WriteClass(writer.name, acked_write(writer, topic), read_record(topic), ordering(writer, topic),
+                      transaction(topic))
+
+
+class ClassTable:
+    """Writes classes once each in a saved state: ``ref`` numbers them, ``doc``/``from_doc`` keep them."""
+
+    def __init__(self, classes: list[WriteClass] | None = None) -> None:
+        self.classes: list[WriteClass] = list(classes or [])
+        self._index: dict[WriteClass, int] = {c: i for i, c in enumerate(self.classes)}
+
+    def ref(self, cls: WriteClass) -> int:
+        i = self._index.get(cls)
+        if i is None:
+            i = self._index[cls] = len(self.classes)
+            self.classes.append(cls)
+        return i
+
+    def get(self, i: int) -> WriteClass:
+        return self.classes[i]
+
+    def to_doc(self) -> list:
+        return [c.to_doc() for c in self.classes]
+
+    @classmethod
+    def from_doc(cls, doc: list) -> "ClassTable":
+        return cls([WriteClass.from_doc(d) for d in doc])

@@ -3,8 +3,17 @@
 Per reader (isolation level), topic ID and partition, a :class:`PartitionView` keeps the first
 offset read (``start``), the ``frontier`` (highest offset read + 1), the record at offset 0,
 which record sits at each offset read (``at``) and where each canary record was read
-(``reads_of``). Offsets more than ``horizon_offsets`` behind the frontier are forgotten
-(``start``, ``frontier`` and the record at offset 0 are kept), so the index is bounded.
+(``reads_of``). It is the reader's *current view* of the log: when a range is read again (Spark
+resuming lower after a truncation, or the prober re-fetching a range on evidence of a
+rewrite), :meth:`PartitionView.replace` and :meth:`PartitionView.remove` bring it up to date
+and say what changed, so a rewritten log is compared, never ignored.
+
+``epoch`` counts the reads applied to the view; a verdict that rests on offsets read in an
+earlier read is only counted once those offsets have been read again (see
+:mod:`invariants.confirm`).
+
+Offsets more than ``horizon_offsets`` behind the frontier are forgotten (``start``,
+``frontier`` and the record at offset 0 are kept), so the index is bounded.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ class PartitionView:
     zero: Ident | None = None  # the record read at offset 0
     at: dict[int, Ident] = field(default_factory=dict)
     reads_of: dict[Ident, list[int]] = field(default_factory=dict)  # canary records only
+    epoch: int = 0
 
     def record(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
         """Note a first read of offset ``off`` (at or above the frontier).
@@ -36,6 +46,9 @@ class PartitionView:
             self.zero = ident
         self.at[off] = ident
         self.frontier = off + 1
+        return self._add(off, ident)
+
+    def _add(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
         if not is_canary(ident):
             return None, False
         prev = self.reads_of.get(ident)
@@ -45,7 +58,44 @@ class PartitionView:
         if off in prev:
             return prev, False
         prev.append(off)
+        prev.sort()
         return prev, True
+
+    def _drop(self, off: int, ident: Ident) -> None:
+        offs = self.reads_of.get(ident)
+        if offs is not None and off in offs:
+            offs.remove(off)
+            if not offs:
+                del self.reads_of[ident]
+
+    def replace(self, off: int, ident: Ident) -> Ident | None:
+        """A re-read found ``ident`` at ``off`` (below the frontier); returns what the view held
+        there before (None: nothing, e.g. an offset this reader passed without a record)."""
+        old = self.held(off)
+        if old == ident:
+            return old
+        if old is not None:
+            self._drop(off, old)
+        if off == 0:
+            self.zero = ident
+        if off >= self.forgotten_below:
+            self.at[off] = ident
+            self._add(off, ident)
+        return old
+
+    def remove(self, off: int) -> Ident | None:
+        """A re-read covering ``off`` returned nothing there: what the view held is gone."""
+        old = self.held(off)
+        self.at.pop(off, None)
+        if old is not None:
+            self._drop(off, old)
+            if off == 0:
+                self.zero = None
+        return old
+
+    def held(self, off: int) -> Ident | None:
+        """What the view holds at ``off`` (offset 0 is remembered beyond the horizon)."""
+        return self.zero if off == 0 and self.start == 0 else self.at.get(off)
 
     def forget(self, horizon: int) -> None:
         """Forget offsets more than ``horizon`` behind the frontier."""
@@ -60,19 +110,26 @@ class PartitionView:
                     del self.reads_of[ident]
         self.forgotten_below = cut
 
+    def remembers(self, off: int) -> bool:
+        """Whether ``off`` was read and is still remembered (offset 0 always is, once read)."""
+        if self.start is None or off >= self.frontier:
+            return False
+        return off >= max(self.start, self.forgotten_below) or (off == 0 and self.start == 0)
+
     # -- durable form ----------------------------------------------------------------------
 
     def to_doc(self) -> dict[str, Any]:
         """``reads`` holds every canary record with all offsets it was read at (``at`` is rebuilt
         from it: its canary entries are exactly those offsets not yet forgotten)."""
         return {"start": self.start, "frontier": self.frontier, "forgotten_below": self.forgotten_below,
-                "zero": None if self.zero is None else list(self.zero),
+                "zero": None if self.zero is None else list(self.zero), "epoch": self.epoch,
                 "reads": [[*ident, *offs] for ident, offs in self.reads_of.items()],
                 "foreign": [[off, *ident[1:]] for off, ident in self.at.items() if not is_canary(ident)]}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> "PartitionView":
-        v = cls(d["start"], d["frontier"], d["forgotten_below"], None if d["zero"] is None else tuple(d["zero"]))
+        v = cls(d["start"], d["frontier"], d["forgotten_below"], None if d["zero"] is None else tuple(d["zero"]),
+                epoch=d["epoch"])
         for wid, inc, seq, *offs in d["reads"]:
             ident = (wid, inc, seq)
             v.reads_of[ident] = offs

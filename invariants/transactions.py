@@ -23,10 +23,18 @@ positives: none for a committed transaction (Kafka's atomicity promise); Jepsen 
 transactions before KIP-890. Implies ``lost_write`` in ``read_uncommitted`` when the missing
 records were acked.
 
-**Horizon.** An aborted transaction is remembered until both readers have read
-``horizon_offsets`` past its known offsets (and past where they were when it was decided):
-a write of it that timed out may still have landed and be read later. Other transactions
-are forgotten once judged and read past.
+**Logs that change.** A record of a committed transaction that ``read_committed`` read and a
+later re-read no longer finds (a truncated log) makes the transaction be judged again: if only
+part of it is still visible, it is ``partial_txn`` then (counted once per transaction). Without
+its ``intent`` (a ledger read from the middle) a transaction is never judged ``partial_txn``: the
+set of its writes is not known.
+
+**Classes.** ``guaranteed`` on a durable topic (replication factor >= 3, ``min.insync.replicas``
+>= 2, no unclean election), else ``at_risk`` (:mod:`invariants.promises`).
+
+**Horizon.** A transaction is remembered until both readers have read ``horizon_offsets`` past
+its known offsets (and past where they were when it was decided): a write of an aborted one that
+timed out may still have landed and be read later, a committed one may still be truncated.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from invariants.accounting import TxnDecided, TxnWriteAcked
 from invariants.catalog import Invariant
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
+from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
 from invariants.read_index import PartitionView
 
 DECIDED_FOR_PARTIAL = (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE)
@@ -55,6 +64,9 @@ class TxnTrack:
     ru_reads: set[WriteKey] = field(default_factory=set)
     judged: bool = False
     decided_at: dict[ViewKey, int] | None = None  # reader frontier per view when first seen decided
+    partial_counted: bool = False
+    cls: WriteClass = UNKNOWN_CLASS
+    decided: set[WriteKey] = field(default_factory=set)  # writes with an outcome other than acked
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}
@@ -67,25 +79,28 @@ class TxnTrack:
                 and self.undecided_writes == 0 and bool(self.acked))
 
     def write_decided(self, wkey: WriteKey) -> None:
-        if wkey in self.writes and self.undecided_writes > 0 and wkey not in self.acked:
+        if wkey in self.writes and self.undecided_writes > 0 and wkey not in self.acked and wkey not in self.decided:
             self.undecided_writes -= 1
 
-    def to_doc(self) -> dict[str, Any]:
+    def to_doc(self, t: ClassTable) -> dict[str, Any]:
         return {"key": list(self.key), "writes": [list(w) for w in self.writes], "outcome": self.outcome.value,
                 "undecided_writes": self.undecided_writes, "acked": [[*w, o] for w, o in self.acked.items()],
                 "rc_reads": [[*w, o] for w, o in self.rc_reads.items()],
                 "aborted_counted": [list(w) for w in self.aborted_counted],
                 "ru_reads": [list(w) for w in self.ru_reads], "judged": self.judged,
                 "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
-                                                                    for k, f in self.decided_at.items()]}
+                                                                    for k, f in self.decided_at.items()],
+                "partial_counted": self.partial_counted, "cls": t.ref(self.cls),
+                "decided": [list(w) for w in self.decided]}
 
     @classmethod
-    def from_doc(cls, d: dict[str, Any]) -> "TxnTrack":
+    def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
         return cls(TxnKey(*d["key"]), {WriteKey(*w) for w in d["writes"]}, TxnOutcome(d["outcome"]),
                    d["undecided_writes"], {WriteKey(*w): o for *w, o in d["acked"]},
                    {WriteKey(*w): o for *w, o in d["rc_reads"]}, {WriteKey(*w) for w in d["aborted_counted"]},
                    {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
-                   None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]})
+                   None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
+                   d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]})
 
 
 def partial_verdict(intended: int, visible: int, outcome: TxnOutcome) -> bool:
@@ -110,21 +125,27 @@ class TransactionsFamily:
 
     # -- ledger events ---------------------------------------------------------------------
 
-    def on_intended(self, wkey: WriteKey, tkey: TxnKey) -> None:
+    def on_intended(self, wkey: WriteKey, tkey: TxnKey, cls: WriteClass) -> None:
         t = self.track(tkey)
-        t.writes.add(wkey)
-        t.undecided_writes += 1
+        t.cls = cls
+        if wkey not in t.writes:
+            t.writes.add(wkey)
+            if wkey not in t.acked and wkey not in t.decided:  # a checkpoint may name writes already decided
+                t.undecided_writes += 1
 
     def on_acked(self, ev: TxnWriteAcked) -> bool:
         """A write of the transaction was acked; True when read_committed must expect it now."""
         t = self.track(ev.txn)
+        t.cls = ev.cls
         t.write_decided(ev.write)
         t.acked[ev.write] = ev.offset
         self.judge_queue.add(ev.txn)
         return t.outcome is TxnOutcome.COMMITTED
 
     def on_write_decided(self, wkey: WriteKey, tkey: TxnKey) -> None:
-        self.track(tkey).write_decided(wkey)
+        t = self.track(tkey)
+        t.write_decided(wkey)
+        t.decided.add(wkey)
         self.judge_queue.add(tkey)
 
     def on_decided(self, ev: TxnDecided) -> tuple[list[tuple[WriteKey, int]], list[Violation]]:
@@ -158,13 +179,23 @@ class TransactionsFamily:
                 self.aborted_allowed += 1
         return []
 
+    def on_vanished(self, wkey: WriteKey, off: int) -> None:
+        """read_committed no longer finds a record it read: its transaction is judged again."""
+        for t in self.txns.values():
+            if t.rc_reads.get(wkey) == off:
+                del t.rc_reads[wkey]
+                if t.judged and not t.partial_counted:
+                    t.judged = False
+                    self.judge_queue.add(t.key)
+
     @staticmethod
     def _aborted_read(t: TxnTrack, wkey: WriteKey, off: int) -> list[Violation]:
         if wkey in t.aborted_counted:
             return []
         t.aborted_counted.add(wkey)
         return [Violation(Invariant.ABORTED_READ, RC, wkey.topic_id, wkey.partition, (off,),
-                          (wkey.writer_id, wkey.inc), wkey.seq, txn_id=t.key.txn_id)]
+                          (wkey.writer_id, wkey.inc), wkey.seq, txn_id=t.key.txn_id,
+                          durability=t.cls.txn.durability, reason=t.cls.txn.reason, writer_name=t.cls.writer)]
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -183,19 +214,19 @@ class TransactionsFamily:
                 visible = sum(1 for w, off in t.rc_reads.items() if off <= tops.get(w.part, -1))
                 if partial_verdict(len(t.writes), visible, t.outcome):
                     tid, p = min(tops)
+                    t.partial_counted = True
                     out.append(Violation(Invariant.PARTIAL_TXN, RC, tid, p, tuple(sorted(tops.values())),
                                          (tkey.writer_id, tkey.inc), txn_id=tkey.txn_id,
-                                         detail=f"{visible} of {len(t.writes)} records visible"))
+                                         detail=f"{visible} of {len(t.writes)} records visible",
+                                         durability=t.cls.txn.durability, reason=t.cls.txn.reason,
+                                         writer_name=t.cls.writer))
                 t.judged = True
-            if t.outcome is TxnOutcome.ABORTED:
-                # Its records may still be read (writes that timed out can have landed): kept until
-                # both readers are a horizon past everything known of it (then it is the audit's).
-                if self._past_horizon(t, view):
-                    self.judge_queue.discard(tkey)
-                    del self.txns[tkey]
-            elif rc_past and all(view(RU, tid, p).frontier > top for (tid, p), top in tops.items()):
-                self.judge_queue.discard(tkey)
-                del self.txns[tkey]
+            # Records of it may still be read (a write that timed out can have landed) or vanish (a
+            # truncation): kept until both readers are a horizon past everything known of it.
+            if (t.outcome is not TxnOutcome.ABORTED and not rc_past) or not self._past_horizon(t, view):
+                continue
+            self.judge_queue.discard(tkey)
+            del self.txns[tkey]
         return out
 
     def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:
@@ -208,16 +239,16 @@ class TransactionsFamily:
         return all(view(iso, *part).frontier > max(known.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
                    + self.horizon for part in known for iso in (RC, RU))
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"aborted_allowed": self.aborted_allowed, "txns": [t.to_doc() for t in self.txns.values()],
+    def to_doc(self, tab: ClassTable) -> dict[str, Any]:
+        return {"aborted_allowed": self.aborted_allowed, "txns": [t.to_doc(tab) for t in self.txns.values()],
                 "judge_queue": sorted(list(k) for k in self.judge_queue)}
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any], horizon: int) -> "TransactionsFamily":
+    def from_doc(cls, doc: dict[str, Any], horizon: int, tab: ClassTable) -> "TransactionsFamily":
         fam = cls(horizon)
         fam.aborted_allowed = doc["aborted_allowed"]
         for d in doc["txns"]:
-            t = TxnTrack.from_doc(d)
+            t = TxnTrack.from_doc(d, tab)
             fam.txns[t.key] = t
         fam.judge_queue = {TxnKey(*k) for k in doc["judge_queue"]}
         return fam

@@ -46,6 +46,13 @@ def canary_producer(config: Config, writer: WriterConfig, instance_id: str,
         # Never let the client pick partitions: the writer chooses each one.
         "partitioner": "consistent_random",
     })
+    if not writer.idempotence:
+        # Chosen on purpose, as the Java client's defaults: retry until the message times out, five
+        # requests in flight. The canary then measures what an ordinary acks=0/1 application lives
+        # with: a retry after a lost response may duplicate, and a retry behind other requests may
+        # reorder — both allowed by these settings (at_risk), none of them Kafka's fault.
+        conf["retries"] = 2147483647
+        conf["max.in.flight.requests.per.connection"] = 5
     if writer.transactional:
         conf["transactional.id"] = f"vigil-{instance_id}"
         conf["transaction.timeout.ms"] = writer.transaction.timeout_ms

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from invariants.errors import VigilError
+from invariants.ledger_format import TopicSettings
 from monitor import client_config
 from monitor.config import Config
 
@@ -62,6 +63,7 @@ class TopicInfo:
     topic_id: str
     partitions: int
     leaders: dict[int, int]
+    replication_factor: int = 0  # the fewest replicas of any partition
 
 
 def describe_topic(client: AdminClient, name: str, timeout: float = 10.0) -> TopicInfo | None:
@@ -78,7 +80,21 @@ def describe_topic(client: AdminClient, name: str, timeout: float = 10.0) -> Top
             return None
         raise
     leaders = {p.id: (p.leader.id if p.leader is not None else -1) for p in desc.partitions}
-    return TopicInfo(name, str(desc.topic_id), len(desc.partitions), leaders)
+    rf = min((len(p.replicas) for p in desc.partitions), default=0)
+    return TopicInfo(name, str(desc.topic_id), len(desc.partitions), leaders, rf)
+
+
+def topic_settings(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> TopicSettings | None:
+    """The topic's durability settings as they are in force (DescribeConfigs gives the effective
+    values, broker defaults included); None when they cannot be read."""
+    resource = ConfigResource(ResourceType.TOPIC, info.name)
+    try:
+        entries = client.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
+        min_isr = int(entries["min.insync.replicas"].value)
+        unclean = str(entries["unclean.leader.election.enable"].value).lower() == "true"
+    except (KafkaException, KeyError, ValueError, TypeError, TimeoutError):
+        return None
+    return TopicSettings(info.replication_factor, min_isr, unclean)
 
 
 def ensure_topic(client: AdminClient, name: str, partitions: int, replication_factor: int,

@@ -149,6 +149,11 @@ class LedgerConfig(_Model):
     partitions: int = Field(3, ge=1, description="ledger partitions (entries keyed by instance id)")
     replication_factor: int = Field(3, ge=1, description="ledger replication factor")
     min_insync_replicas: int = Field(2, ge=1, description="ledger min.insync.replicas")
+    retention_ms: int = Field(7 * 24 * 3600 * 1000, ge=60_000, description="retention.ms of the ledger topic when "
+                              "Vigil creates it (a checker must read entries within it; it reads a ledger whose head "
+                              "was trimmed from its first entry on)")
+    checkpoint_interval_s: float = Field(10.0, gt=0, description="how often each writer appends a checkpoint "
+                                         "entry (topic settings, writes in flight, the open transaction)")
     kafka: KafkaConfig | None = Field(
         None, description="a separate cluster for the ledger; empty = the canary cluster")
 
@@ -157,6 +162,7 @@ class LedgerConfig(_Model):
         return {
             "min.insync.replicas": str(self.min_insync_replicas),
             "unclean.leader.election.enable": "false",
+            "retention.ms": str(self.retention_ms),
         }
 
 

@@ -45,21 +45,24 @@ class Delivery:
     send_ts_us: int
     done_ts_us: int
     error: str | None = None
+    txn_id: int = 0
 
 
 def encode_runs(results: Iterable[Delivery]) -> list[OutcomeRun]:
-    """Run-length encode deliveries: consecutive seqs with one outcome (and consecutive offsets)."""
+    """Run-length encode deliveries: consecutive seqs with one outcome, one transaction (and
+    consecutive offsets)."""
     runs: list[OutcomeRun] = []
     for d in sorted(results, key=lambda d: (d.partition, d.seq)):
         if runs:
             last = runs[-1]
             next_offset = last.first_offset + last.count if last.first_offset >= 0 else -1
             if (last.partition == d.partition and last.first_seq + last.count == d.seq and last.outcome == d.outcome
-                    and last.error == d.error and d.offset == next_offset):
+                    and last.error == d.error and d.offset == next_offset and last.txn_id == d.txn_id):
                 runs[-1] = OutcomeRun(d.partition, last.first_seq, last.count + 1, d.outcome, last.first_offset,
-                                      last.send_ts_us, max(last.done_ts_us, d.done_ts_us), d.error)
+                                      last.send_ts_us, max(last.done_ts_us, d.done_ts_us), d.error, d.txn_id)
                 continue
-        runs.append(OutcomeRun(d.partition, d.seq, 1, d.outcome, d.offset, d.send_ts_us, d.done_ts_us, d.error))
+        runs.append(OutcomeRun(d.partition, d.seq, 1, d.outcome, d.offset, d.send_ts_us, d.done_ts_us, d.error,
+                               d.txn_id))
     return runs
 
 

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from invariants.catalog import series
 from invariants.ledger_format import TxnOutcome, WriteOutcome
-from invariants.model import READERS, RU
+from invariants.model import DURABILITIES, READERS, RU
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]
@@ -77,7 +77,7 @@ E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 class WatchSnapshot:
     """Everything the watch exports, as of the last durable save (so a restart never shows less)."""
 
-    violations: dict  # (Invariant, Isolation) -> int, every catalog series present
+    violations: dict  # (Invariant, Isolation, Durability) -> int, every catalog series x class present
     records_checked: dict  # Isolation -> int
     expired_unread: int = 0
     malformed: dict = field(default_factory=dict)  # kind -> int
@@ -94,6 +94,12 @@ class WatchSnapshot:
     stalls_open: dict = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     state_bytes: int = 0
     batches: int = 0
+    lost_by_writer: dict = field(default_factory=dict)  # (writer name, Isolation, Durability) -> int
+    rewrites: dict = field(default_factory=dict)  # partition -> offsets found rewritten
+    unconfirmed_missing: dict = field(default_factory=dict)  # Isolation -> int
+    writers: list = field(default_factory=list)  # (name, acks, idempotence, transactional) of the canary writers
+    refetches: int = 0
+    list_offsets_failures: int = 0
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
@@ -102,9 +108,10 @@ MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
 class WatchCollector:
     """Exports a :class:`WatchSnapshot` obtained from ``snapshot()`` at scrape time.
 
-    Label sets: ``invariant`` × ``isolation`` = the 21 catalog series; ``isolation`` 2 values;
-    ``partition`` = the canary topic's partitions; ``broker`` = the cluster's broker ids;
-    ``kind`` = :data:`MALFORMED_KINDS`.
+    Label sets: ``invariant`` × ``isolation`` = the 21 catalog series, each × ``durability`` (3);
+    ``isolation`` 2 values; ``partition`` = the canary topic's partitions; ``broker`` = the
+    cluster's broker ids; ``kind`` = :data:`MALFORMED_KINDS`; ``writer`` = the writers' configured
+    names (and drill kinds).
     """
 
     def __init__(self, snapshot: Callable[[], WatchSnapshot]) -> None:
@@ -115,12 +122,41 @@ class WatchCollector:
 
     def collect(self) -> Iterator[Metric]:
         s = self.snapshot()
-        v = CounterMetricFamily("vigil_violations", "Invariant violations detected, by invariant and isolation "
-                                "level (cumulative across monitor restarts; see docs/invariants.md).",
-                                labels=["invariant", "isolation"])
+        v = CounterMetricFamily("vigil_violations", "Invariant violations detected, by invariant, isolation level "
+                                "and durability class: guaranteed = a promise Kafka makes was broken (pages), "
+                                "at_risk = the configuration allowed it, unknown = the topic's settings were not "
+                                "observed (cumulative across monitor restarts; see docs/invariants.md).",
+                                labels=["invariant", "isolation", "durability"])
         for (inv, iso) in series():
-            v.add_metric([inv.value, iso.value], s.violations.get((inv, iso), 0))
+            for d in DURABILITIES:
+                v.add_metric([inv.value, iso.value, d.value], s.violations.get((inv, iso, d), 0))
         yield v
+        lost = CounterMetricFamily("vigil_lost_writes", "lost_write violations per canary writer (its configured "
+                                   "name), isolation and durability class: what each writer's settings cost.",
+                                   labels=["writer", "isolation", "durability"])
+        for (writer, iso, d), n in sorted(s.lost_by_writer.items(), key=lambda kv: (kv[0][0], kv[0][1].value,
+                                                                                    kv[0][2].value)):
+            lost.add_metric([writer, iso.value, d.value], n)
+        yield lost
+        info = GaugeMetricFamily("vigil_writer_info", "1 per canary writer the ledger announced, with what it does.",
+                                 labels=["writer", "acks", "idempotence", "transactional"])
+        for name, acks, idem, txn in s.writers:
+            info.add_metric([name, acks, str(idem).lower(), str(txn).lower()], 1)
+        yield info
+        rw = CounterMetricFamily("vigil_log_rewrites", "Offsets a re-read found holding something else than "
+                                 "before (a truncated or rewritten log), per canary partition.", labels=["partition"])
+        for p, n in sorted(s.rewrites.items()):
+            rw.add_metric([str(p)], n)
+        yield rw
+        um = CounterMetricFamily("vigil_unconfirmed_missing", "acks=0 writes never read although later writes of "
+                                 "their writer and partition were (counted, never a violation).", labels=["isolation"])
+        for iso in READERS:
+            um.add_metric([iso.value], s.unconfirmed_missing.get(iso, 0))
+        yield um
+        yield CounterMetricFamily("vigil_refetches", "Ranges read again directly to confirm a verdict or follow a "
+                                  "rewrite.", value=s.refetches)
+        yield CounterMetricFamily("vigil_list_offsets_failures", "Partition end listings of the prober that got no "
+                                  "answer (their last known values were kept).", value=s.list_offsets_failures)
         checked = CounterMetricFamily("vigil_records_checked", "Canary records read and checked, per reader.",
                                       labels=["isolation"])
         for iso in READERS:

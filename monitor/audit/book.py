@@ -3,19 +3,30 @@
 Deliberately independent of the live checker's incremental fold
 (:class:`invariants.accounting.LedgerFold`): no bounded state, no events, just a dictionary of
 every write ever announced and what became of it. Both read the same typed entries
-(:mod:`invariants.ledger_format`) and apply the same rules: a new incarnation turns its
-predecessor's pending writes and transactions ``indeterminate``, and entries the predecessor
-writes after that are ignored; a number skipped in a writer's entries is a gap.
+(:mod:`invariants.ledger_format`), classify with the same definitions
+(:mod:`invariants.promises`) and apply the same rules, written again here:
+
+* a new incarnation turns its predecessor's pending writes and transactions ``indeterminate``,
+  and entries the predecessor writes after that are ignored;
+* a number skipped in a writer's entries is a gap; the first entry seen of a writer starts its
+  numbering (a ledger read from the middle has no gap before it);
+* only writers of the watched canary topics count (named by a ``start``/``checkpoint`` entry, or
+  writing to a topic ID such an entry named);
+* a write whose intent was never seen is a transaction's write when its outcome run says so;
+* each write is classed by its writer's settings and the topic settings it last recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from invariants.ledger_format import (
-    Intent, LedgerEntry, LedgerFormatError, Outcomes, Start, Stop, TxnEnd, TxnOutcome, WriteOutcome, decode,
+    Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Start, Stop, TopicSettings, TxnEnd, TxnOutcome,
+    WriteOutcome, decode,
 )
 from invariants.model import TxnKey, WriteKey
+from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
 
 
 @dataclass
@@ -26,6 +37,7 @@ class WriteState:
     error: str | None = None
     send_ts_us: int = 0
     done_ts_us: int = 0
+    cls: WriteClass = UNKNOWN_CLASS
 
 
 @dataclass
@@ -35,6 +47,8 @@ class TxnState:
     size: int
     writes: list[WriteKey] = field(default_factory=list)
     error: str | None = None
+    cls: WriteClass = UNKNOWN_CLASS
+    intent_seen: bool = True
 
 
 @dataclass
@@ -43,17 +57,24 @@ class WriterLedger:
     writer_id: int
     incarnation: int
     topic_id: str | None = None
-    next_n: int = 0
+    next_n: int | None = None  # None until the first entry seen
     missing: list[int] = field(default_factory=list)
     stopped: bool = False
     superseded: bool = False  # a later incarnation started: its entries from then on are ignored
+    watched: bool | None = None
+    cls: WriteClass = UNKNOWN_CLASS
+    joined_mid_stream: bool = False
 
 
 class LedgerBook:
-    """Folds ledger entries, in ledger order, into per-write and per-transaction outcomes."""
+    """Folds ledger entries, in ledger order, into per-write and per-transaction outcomes.
+    ``watched``: the canary topic names that count (None: all)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watched: Iterable[str] | None = None) -> None:
+        self.watched = None if watched is None else set(watched)
+        self.watched_ids: set[str] = set()
         self.writers: dict[tuple[str, int], WriterLedger] = {}
+        self.topic_settings: dict[str, TopicSettings] = {}  # the latest any writer recorded, per topic ID
         self.writes: dict[WriteKey, WriteState] = {}
         self.txns: dict[TxnKey, TxnState] = {}
         self.malformed = 0
@@ -66,42 +87,89 @@ class LedgerBook:
             return
         self.apply(entry)
 
+    def _counts(self, w: WriterLedger, e: LedgerEntry) -> bool:
+        body = e.body
+        if isinstance(body, (Start, Checkpoint)):
+            w.watched = self.watched is None or body.topic in self.watched
+            if w.watched:
+                self.watched_ids.add(body.topic_id)
+        elif w.watched is None and (self.watched is None or getattr(body, "topic_id", None) in self.watched_ids):
+            w.watched = True
+        return bool(w.watched)
+
     def apply(self, e: LedgerEntry) -> None:
         key = (e.writer.instance, e.writer.inc)
         w = self.writers.get(key)
         if w is None:
             w = self.writers[key] = WriterLedger(e.writer.instance, e.writer.writer_id, e.writer.inc)
-        if e.n < w.next_n or w.superseded:
-            return  # a re-read or duplicate entry, or a predecessor writing after its successor started
+        if w.superseded or (w.next_n is not None and e.n < w.next_n) or not self._counts(w, e):
+            return  # a re-read or duplicate entry, a predecessor after its successor started, another topic
+        if w.next_n is None:
+            w.joined_mid_stream = not isinstance(e.body, Start)  # its state comes with its next checkpoint
+            w.next_n = e.n
         w.missing.extend(range(w.next_n, e.n))
         w.next_n = e.n + 1
         wid, inc, body = w.writer_id, w.incarnation, e.body
-        if isinstance(body, Start):
+        if isinstance(body, (Start, Checkpoint)):
             w.topic_id = body.topic_id
+            w.cls = classify(body.settings, body.topic_settings)
+            if body.topic_settings is not None:
+                self.topic_settings[body.topic_id] = body.topic_settings
+        if isinstance(body, Start):
             self._close_predecessors(w.instance, inc)
+        elif isinstance(body, Checkpoint) and w.joined_mid_stream:
+            self._join(w, body)
         elif isinstance(body, Intent):
             txn_id = body.txn.id if body.txn else 0
             keys = [WriteKey(body.topic_id, r.partition, wid, inc, r.first_seq + i)
                     for r in body.writes for i in range(r.count)]
             for k in keys:
-                self.writes.setdefault(k, WriteState(WriteOutcome.PENDING, txn_id=txn_id))
+                self.writes.setdefault(k, WriteState(WriteOutcome.PENDING, txn_id=txn_id, cls=w.cls))
             if body.txn:
-                self.txns[TxnKey(wid, inc, txn_id)] = TxnState(TxnOutcome.PENDING, body.txn.abort, body.txn.size, keys)
+                self.txns[TxnKey(wid, inc, txn_id)] = TxnState(TxnOutcome.PENDING, body.txn.abort, body.txn.size, keys,
+                                                               cls=w.cls)
         elif isinstance(body, Outcomes):
             for run in body.runs:
                 for i in range(run.count):
-                    st = self.writes.setdefault(WriteKey(body.topic_id, run.partition, wid, inc, run.first_seq + i),
-                                                WriteState(WriteOutcome.PENDING))
+                    k = WriteKey(body.topic_id, run.partition, wid, inc, run.first_seq + i)
+                    st = self.writes.get(k)
+                    if st is None:  # its intent was not seen: the run says which transaction it belongs to
+                        st = self.writes[k] = WriteState(WriteOutcome.PENDING, txn_id=run.txn_id, cls=w.cls)
+                        if run.txn_id:
+                            self.txns.setdefault(TxnKey(wid, inc, run.txn_id), TxnState(
+                                TxnOutcome.PENDING, False, 0, [], cls=w.cls, intent_seen=False))
                     st.outcome = run.outcome
                     st.offset = run.first_offset + i if run.first_offset >= 0 else -1
                     st.error, st.send_ts_us, st.done_ts_us = run.error, run.send_ts_us, run.done_ts_us
         elif isinstance(body, TxnEnd):
             t = self.txns.get(TxnKey(wid, inc, body.id))
-            if t is not None:
+            if t is None:  # a transaction none of whose entries were seen before
+                t = self.txns[TxnKey(wid, inc, body.id)] = TxnState(TxnOutcome.PENDING, False, 0, [], cls=w.cls,
+                                                                     intent_seen=False)
+            if t.outcome is TxnOutcome.PENDING:
                 t.outcome, t.error = body.outcome, body.error
         elif isinstance(body, Stop):
             w.stopped = True
             self._close(wid, inc, "writer stopped")
+
+    def _join(self, w: WriterLedger, body: Checkpoint) -> None:
+        """A writer first seen at a checkpoint: its writes in flight and its open transaction."""
+        w.joined_mid_stream = False
+        for pw in body.pending:
+            for s in range(pw.first_seq, pw.first_seq + pw.count):
+                self.writes.setdefault(WriteKey(body.topic_id, pw.partition, w.writer_id, w.incarnation, s),
+                                       WriteState(WriteOutcome.PENDING, txn_id=pw.txn_id, cls=w.cls))
+        for t in body.open_txns:
+            keys = [WriteKey(body.topic_id, r.partition, w.writer_id, w.incarnation, r.first_seq + i)
+                    for r in t.writes for i in range(r.count)]
+            for k in keys:
+                self.writes.setdefault(k, WriteState(WriteOutcome.PENDING, txn_id=t.id, cls=w.cls))
+            known = self.txns.get(TxnKey(w.writer_id, w.incarnation, t.id))
+            if known is None:
+                self.txns[TxnKey(w.writer_id, w.incarnation, t.id)] = TxnState(TxnOutcome.PENDING, t.abort, t.size,
+                                                                                keys, cls=w.cls)
+            elif not known.intent_seen:  # known from its outcomes only: now its whole intent
+                known.intended_abort, known.size, known.writes, known.intent_seen = t.abort, t.size, keys, True
 
     def _close(self, writer_id: int, inc: int, reason: str) -> None:
         for k, st in self.writes.items():
@@ -118,6 +186,12 @@ class LedgerBook:
                 w.superseded = True
 
     # -- queries ---------------------------------------------------------------------------
+
+    def writer_class(self, writer_id: int, inc: int) -> WriteClass:
+        for w in self.writers.values():
+            if (w.writer_id, w.incarnation) == (writer_id, inc) and w.watched:
+                return w.cls
+        return UNKNOWN_CLASS
 
     def by_outcome(self) -> dict[WriteOutcome, int]:
         counts: dict[WriteOutcome, int] = {o: 0 for o in WriteOutcome}

@@ -1,12 +1,18 @@
 """The audit oracle: every history invariant, computed over the whole history at once.
 
 Deliberately simple and independent of :mod:`invariants.checker` (it shares only the catalog
-names and the ledger's typed decoding; its ledger reading is its own, :mod:`monitor.audit.book`): no incremental state, no horizon, plain sets and loops over
+names, the ledger's typed decoding and the promise-class definitions; its ledger reading is its
+own, :mod:`monitor.audit.book`): no incremental state, no horizon, plain sets and loops over
 everything that was read. It applies the definitions of the invariant catalog as written in
 the checker modules' docstrings; the live checker must reach the same counts (the property
 tests and the integration tests compare them). Liveness invariants (``stalled_poll``,
 ``lso_stuck``, ``producer_stalled``) are judged on time and are not recomputed here, except
 the ledger's view of hanging transactions (see :func:`hanging_transactions`).
+
+What the final log cannot show: an offset that held one record when a reader read it and
+another later (``inconsistent_offset`` across time), and that a lost write had been read before
+it vanished (the live checker classes such a loss by the topic's unclean-election setting, the
+audit by the write's own class). Where they differ, the live evidence shows what was seen.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from typing import Any, Iterable
 
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import Intent, LedgerEntry, TxnEnd, TxnOutcome, WriteOutcome
-from invariants.model import TxnKey, WriteKey
+from invariants.model import Durability, TxnKey, WriteKey
+from invariants.promises import GUARANTEED, Promise, read_record
 from monitor.audit.book import LedgerBook
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
@@ -34,28 +41,42 @@ HISTORY_INVARIANTS = (
 
 @dataclass
 class AuditResult:
-    counts: dict[tuple[Invariant, Isolation], int] = field(default_factory=lambda: defaultdict(int))
+    counts: dict[tuple[Invariant, Isolation, Durability], int] = field(default_factory=lambda: defaultdict(int))
     examples: dict[tuple[Invariant, Isolation], list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     records_checked: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
+    lost_by_writer: dict[tuple[str, Isolation, Durability], int] = field(default_factory=lambda: defaultdict(int))
     expired_unread: int = 0
     aborted_allowed: int = 0
     undecided: int = 0
+    unconfirmed_missing: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
+    writers_joined_mid_stream: int = 0
 
-    def add(self, inv: Invariant, iso: Isolation, n: int = 1, **example: Any) -> None:
-        self.counts[(inv, iso)] += n
+    def add(self, inv: Invariant, iso: Isolation, n: int = 1, promise: Promise = GUARANTEED, writer_name: str = "",
+            **example: Any) -> None:
+        self.counts[(inv, iso, promise.durability)] += n
+        if inv is Invariant.LOST_WRITE:
+            self.lost_by_writer[(writer_name, iso, promise.durability)] += n
         if len(self.examples[(inv, iso)]) < 5:
-            self.examples[(inv, iso)].append(example)
+            self.examples[(inv, iso)].append({**example, "durability": promise.durability.value,
+                                              "reason": promise.reason})
 
     def count(self, inv: Invariant, iso: Isolation) -> int:
-        return self.counts.get((inv, iso), 0)
+        return sum(n for (i, s, _d), n in self.counts.items() if i is inv and s is iso)
 
     def nonzero(self) -> dict[tuple[Invariant, Isolation], int]:
+        """Counts per (invariant, isolation), whatever the class."""
+        out: dict[tuple[Invariant, Isolation], int] = defaultdict(int)
+        for (inv, iso, _d), n in self.counts.items():
+            out[(inv, iso)] += n
+        return {k: v for k, v in out.items() if v}
+
+    def by_class(self) -> dict[tuple[Invariant, Isolation, Durability], int]:
         return {k: v for k, v in self.counts.items() if v}
 
 
 def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
-          log_start: dict[tuple[str, int], int] | None = None) -> AuditResult:
-    book = LedgerBook()
+          log_start: dict[tuple[str, int], int] | None = None, watched: Iterable[str] | None = None) -> AuditResult:
+    book = LedgerBook(watched)
     for e in ledger_entries:
         book.apply(e)
     log_start = log_start or {}
@@ -78,20 +99,23 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
             where[iso][part] = w
             res.records_checked[iso] += sum(len(v) for v in w.values())
 
-    _duplicates_and_reorders(res, at, where)
-    _inconsistent(res, at)
+    _duplicates_and_reorders(res, book, at, where)
+    _inconsistent(res, book, at)
     _acked_writes(res, book, at, where, settle, log_start)
+    _unconfirmed(res, book, where, settle)
     _transactions(res, book, reads, at)
+    res.writers_joined_mid_stream = sum(1 for w in book.writers.values() if w.watched and w.joined_mid_stream)
     return res
 
 
-def _duplicates_and_reorders(res: AuditResult, at: dict, where: dict) -> None:
+def _duplicates_and_reorders(res: AuditResult, book: LedgerBook, at: dict, where: dict) -> None:
     for iso in (RC, RU):
         for (tid, p), w in where[iso].items():
             for ident, offs in w.items():
                 if len(offs) >= 2:
-                    res.add(Invariant.DUPLICATE, iso, topic_id=tid, partition=p, writer=ident[:2], seq=ident[2],
-                            offsets=offs)
+                    cls = book.writer_class(ident[0], ident[1])
+                    res.add(Invariant.DUPLICATE, iso, promise=cls.order, topic_id=tid, partition=p, writer=ident[:2],
+                            seq=ident[2], offsets=offs)
             highest: dict[tuple[int, int], int] = {}
             seen: set[Any] = set()
             for off in sorted(at[iso][(tid, p)]):
@@ -100,18 +124,21 @@ def _duplicates_and_reorders(res: AuditResult, at: dict, where: dict) -> None:
                     continue
                 writer, seq = ident[:2], ident[2]
                 if ident not in seen and writer in highest and seq < highest[writer]:
-                    res.add(Invariant.REORDER, iso, topic_id=tid, partition=p, offset=off, writer=writer, seq=seq)
+                    res.add(Invariant.REORDER, iso, promise=book.writer_class(*writer).order, topic_id=tid,
+                            partition=p, offset=off, writer=writer, seq=seq)
                 seen.add(ident)
                 highest[writer] = max(seq, highest.get(writer, seq))
 
 
-def _inconsistent(res: AuditResult, at: dict) -> None:
+def _inconsistent(res: AuditResult, book: LedgerBook, at: dict) -> None:
     for part, rc_at in at[RC].items():
         ru_at = at[RU].get(part, {})
+        promise = read_record(book.topic_settings.get(part[0]))
         for off, ident in rc_at.items():
             if off in ru_at and ru_at[off] != ident:
                 for iso in (RC, RU):
-                    res.add(Invariant.INCONSISTENT_OFFSET, iso, topic_id=part[0], partition=part[1], offset=off)
+                    res.add(Invariant.INCONSISTENT_OFFSET, iso, promise=promise, topic_id=part[0], partition=part[1],
+                            offset=off)
 
 
 def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
@@ -153,9 +180,25 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
                 if o < log_start.get((tid, p), 0):
                     res.expired_unread += 1
                 else:
-                    res.add(Invariant.LOST_WRITE, iso, **ex)
+                    res.add(Invariant.LOST_WRITE, iso, promise=st.cls.acked, writer_name=st.cls.writer, **ex)
             else:
                 res.undecided += 1
+
+
+def _unconfirmed(res: AuditResult, book: LedgerBook, where: dict, settle: int) -> None:
+    """acks=0 writes never read although a seq at least H higher of their writer and partition was."""
+    for iso in (RC, RU):
+        top: dict[tuple[str, int, int, int], int] = {}
+        for (tid, p), w in where[iso].items():
+            for wid, inc, seq in w:
+                k = (tid, p, wid, inc)
+                top[k] = max(top.get(k, -1), seq)
+        for wkey, st in book.writes.items():
+            if st.outcome is not WriteOutcome.UNCONFIRMED:
+                continue
+            found = wkey.ident in where[iso].get(wkey.part, {})
+            if not found and top.get((*wkey.part, wkey.writer_id, wkey.inc), -1) >= wkey.seq + settle:
+                res.unconfirmed_missing[iso] += 1
 
 
 def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) -> None:
@@ -174,8 +217,8 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) ->
     for key, txn in book.txns.items():
         if txn.outcome is TxnOutcome.ABORTED:
             for wkey, off in rc_seen.get(key, {}).items():
-                res.add(Invariant.ABORTED_READ, RC, topic_id=wkey.topic_id, partition=wkey.partition, offset=off,
-                        txn=tuple(key))
+                res.add(Invariant.ABORTED_READ, RC, promise=txn.cls.txn, topic_id=wkey.topic_id,
+                        partition=wkey.partition, offset=off, txn=tuple(key))
             res.aborted_allowed += len(ru_seen.get(key, ()))
         if txn.outcome not in (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE):
             continue
@@ -193,7 +236,8 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) ->
             continue
         visible = sum(1 for w, off in rc_seen.get(key, {}).items() if off <= tops.get(w.part, -1))
         if 0 < visible < len(txn.writes):
-            res.add(Invariant.PARTIAL_TXN, RC, txn=tuple(key), visible=visible, intended=len(txn.writes))
+            res.add(Invariant.PARTIAL_TXN, RC, promise=txn.cls.txn, txn=tuple(key), visible=visible,
+                    intended=len(txn.writes))
 
 
 def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float) -> int:

@@ -4,6 +4,7 @@ isolation levels, up to the end (high watermark / LSO), plus the whole ledger.""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from confluent_kafka import KafkaError, TopicPartition
@@ -45,15 +46,28 @@ def _read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,
             last_note = time.monotonic()
 
 
+@dataclass
+class History:
+    """Everything the audit judges: the whole ledger and every record of the canary topic."""
+
+    entries: list[LedgerEntry]
+    reads: dict  # isolation -> (topic id, partition) -> [(offset, ident, txn id)]
+    log_start: dict[tuple[str, int], int]  # canary topic log start offsets
+    topic_id: str
+    malformed: dict[str, int]
+    ledger_start: dict[int, int]  # per ledger partition, the first offset it still holds
+
+
 def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
-                 ) -> tuple[list[LedgerEntry], dict, dict, str, dict]:
-    """(ledger entries, reads per isolation, log start per partition, canary topic id, malformed counts)."""
+                 ) -> History:
+    """Read the whole ledger and both isolation levels of the canary topic, each up to its end."""
     info = clients.describe_topic(clients.admin(cfg), cfg.canary.name)
     if info is None:
         raise AuditReadError(f"canary topic {cfg.canary.name!r} does not exist")
     ledger_info = clients.describe_topic(clients.admin(cfg, ledger=True), cfg.ledger.topic)
     malformed = {"ledger": 0, "foreign": 0, "malformed": 0}
     entries: list[LedgerEntry] = []
+    ledger_start: dict[int, int] = {}
     if ledger_info is not None:
         by_partition: dict[int, list[tuple[int, LedgerEntry]]] = {}
 
@@ -64,6 +78,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
                 malformed["ledger"] += 1
                 return
             by_partition.setdefault(msg.partition(), []).append((msg.offset(), entry))
+            ledger_start.setdefault(msg.partition(), msg.offset())
 
         c = clients.consumer(cfg, "read_committed", group="vigil-audit", ledger=True, profile="bulk")
         try:
@@ -95,4 +110,4 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
             c.close()
         reads[iso] = per
     log_start = {(info.topic_id, p): off for p, off in low.items()}
-    return entries, reads, log_start, info.topic_id, malformed
+    return History(entries, reads, log_start, info.topic_id, malformed, ledger_start)

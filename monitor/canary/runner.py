@@ -9,6 +9,7 @@ from typing import Any, Callable
 from confluent_kafka import Producer
 
 from monitor import client_config, clients
+from monitor.canary.topic_watch import TopicObserver
 from monitor.canary.transactional import TransactionalWriter
 from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo
@@ -52,8 +53,12 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
     def factory(error_cb: Callable[[Any], None]) -> Producer:
         return Producer(client_config.canary_producer(config, writer, identity.instance_id, error_cb))
 
+    observer = TopicObserver(clients.admin(config), topics.canary.name, config.ledger.checkpoint_interval_s)
+    observer.refresh()  # the start entry carries the topic's settings
+    observer.start()
     cls = TransactionalWriter if writer.transactional else CanaryWriter
-    return cls(writer, topics.canary, identity, ledger, factory, metrics)
+    return cls(writer, topics.canary, identity, ledger, factory, metrics, observer=observer,
+               checkpoint_s=config.ledger.checkpoint_interval_s)
 
 
 class WriterThread(threading.Thread):
@@ -75,3 +80,5 @@ class WriterThread(threading.Thread):
             self.error = exc
         finally:
             self.writer.identity.release()
+            if self.writer.observer is not None:
+                self.writer.observer.stop()

@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
-from invariants.ledger_format import TxnEnd, TxnInfo, TxnOutcome, WriteOutcome
+from invariants.ledger_format import OpenTxn, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome
 from monitor import record_format
+from monitor.canary.topic_watch import TopicObserver
 from monitor.canary.writer import CanaryWriter
 from monitor.clients import TopicInfo, TransactionalProducerLike
 from monitor.config import WriterConfig
@@ -38,8 +39,9 @@ class TransactionalWriter(CanaryWriter):
 
     def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
                  producer_factory: Callable[[Callable[[Any], None]], TransactionalProducerLike],
-                 metrics: ProducerMetrics | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(cfg, topic, identity, ledger, producer_factory, metrics)
+                 metrics: ProducerMetrics | None = None, rng: random.Random | None = None,
+                 observer: TopicObserver | None = None, checkpoint_s: float = 10.0) -> None:
+        super().__init__(cfg, topic, identity, ledger, producer_factory, metrics, observer, checkpoint_s)
         self.rng = rng or random.Random()
         self.txn_seq = 0
         self.txn_counts: dict[TxnOutcome, int] = {o: 0 for o in TxnOutcome}
@@ -73,11 +75,13 @@ class TransactionalWriter(CanaryWriter):
         writes = self.plan(size)
         self.txn_seq += 1
         abort = self.rng.random() < self.cfg.transaction.abort_ratio
+        self.open_txn = OpenTxn(self.txn_seq, size, abort, self.intent_ranges(writes))
         self.intend(writes, TxnInfo(self.txn_seq, size, abort), stop)
         outcome, error = self._run_transaction(writes, self.txn_seq, abort)
         self.producer.poll(0)
         self.flush_outcomes(force=True)
         self.ledger.append(TxnEnd(self.txn_seq, outcome, error))
+        self.open_txn = None
         self.txn_counts[outcome] += 1
         if self.metrics is not None:
             self.metrics.transactions.labels(self.cfg.name, outcome.value).inc()

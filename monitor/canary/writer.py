@@ -9,6 +9,10 @@ One writer is one (instance id, incarnation). Each step it
 3. sends the records, and
 4. appends the outcomes of whatever delivery reports arrived (``outcomes`` entries).
 
+Every ``checkpoint_s`` it also appends a ``checkpoint``: the topic's settings as last observed
+(:mod:`monitor.canary.topic_watch`), the writes still waiting for an outcome and the open
+transaction, so a checker that starts reading the ledger in the middle knows where it stands.
+
 Sequence numbers only ever grow within an incarnation, whatever happens to a send, so a seq
 is never reused after an ambiguous failure. A fatal producer error (e.g. an idempotence
 failure) replaces the Kafka producer and carries on as the same writer. On a clean stop it
@@ -24,9 +28,11 @@ from typing import Any, Callable
 from confluent_kafka import KafkaError
 
 from invariants.ledger_format import (
-    Intent, OutcomeRun, Outcomes, Start, Stop, TxnInfo, WriteOutcome, WriteRange, WriterSettings,
+    Checkpoint, Intent, OpenTxn, OutcomeRun, Outcomes, PendingWrites, Start, Stop, TopicSettings, TxnInfo, WriteOutcome,
+    WriteRange, WriterSettings,
 )
 from monitor import record_format
+from monitor.canary.topic_watch import TopicObserver
 from monitor.clients import ProducerLike, TopicInfo
 from monitor.config import WriterConfig
 from monitor.identity import WriterIdentity
@@ -41,9 +47,15 @@ OUTCOME_FLUSH_S = 0.05
 class CanaryWriter:
     def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
                  producer_factory: Callable[[Callable[[Any], None]], ProducerLike],
-                 metrics: ProducerMetrics | None = None) -> None:
+                 metrics: ProducerMetrics | None = None, observer: TopicObserver | None = None,
+                 checkpoint_s: float = 10.0) -> None:
         self.cfg = cfg
         self.topic = topic
+        self.observer = observer
+        self.checkpoint_s = checkpoint_s
+        self._last_checkpoint = time.monotonic()
+        self._pending: dict[tuple[int, int], tuple[int, int]] = {}  # (partition, seq) -> (txn id, intent time)
+        self.open_txn: OpenTxn | None = None
         self.identity = identity
         self.ledger = ledger
         self._factory = producer_factory
@@ -83,7 +95,8 @@ class CanaryWriter:
     def _record(self, partition: int, seq: int, outcome: WriteOutcome, offset: int, send_ts: int,
                 error: str | None) -> None:
         done = now_us()
-        self._results.append(Delivery(partition, seq, outcome, offset, send_ts, done, error))
+        txn_id = self._pending.pop((partition, seq), (0, 0))[0]
+        self._results.append(Delivery(partition, seq, outcome, offset, send_ts, done, error, txn_id))
         self.counts[outcome] += 1
         if self.metrics is not None:
             self.metrics.writes.labels(self.cfg.name, outcome.value).inc()
@@ -125,6 +138,9 @@ class CanaryWriter:
 
     def write_intent(self, writes: list[tuple[int, int]], txn: TxnInfo | None, stop: threading.Event) -> None:
         self.ledger.append(Intent(self.topic.topic_id, self.intent_ranges(writes), txn))
+        ts = now_us()
+        for p, seq in writes:
+            self._pending[(p, seq)] = (txn.id if txn else 0, ts)
         self.ledger.sync(stop)
 
     def send(self, partition: int, seq: int, flags: int = 0, txn_id: int = 0, txn_size: int = 0,
@@ -172,10 +188,30 @@ class CanaryWriter:
     # -- the loop --------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions, self.settings(),
+                                 self.topic_settings()))
+
+    def settings(self) -> WriterSettings:
         cfg = self.cfg
-        settings = WriterSettings(cfg.name, "canary", cfg.acks, cfg.idempotence, cfg.transactional,
-                                  cfg.message_timeout_ms)
-        self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions, settings))
+        return WriterSettings(cfg.name, "canary", cfg.acks, cfg.idempotence, cfg.transactional, cfg.message_timeout_ms)
+
+    def topic_settings(self) -> TopicSettings | None:
+        return None if self.observer is None else self.observer.latest.settings
+
+    def checkpoint(self) -> None:
+        """Where this writer stands, for a reader that joins the ledger later."""
+        self.flush_outcomes(force=True)  # so that "pending" means pending in ledger order too
+        pending: list[PendingWrites] = []
+        for (p, seq), (txn_id, ts) in sorted(self._pending.items()):
+            last = pending[-1] if pending else None
+            if last and (last.partition, last.first_seq + last.count, last.txn_id) == (p, seq, txn_id):
+                pending[-1] = PendingWrites(p, last.first_seq, last.count + 1, txn_id, last.intent_ts_us)
+            else:
+                pending.append(PendingWrites(p, seq, 1, txn_id, ts))
+        self.ledger.append(Checkpoint(self.topic.name, self.topic.topic_id, self.topic.partitions, self.settings(),
+                                      self.topic_settings(), tuple(pending),
+                                      () if self.open_txn is None else (self.open_txn,)))
+        self._last_checkpoint = time.monotonic()
 
     def intend(self, writes: list[tuple[int, int]], txn: TxnInfo | None, stop: threading.Event) -> None:
         """Make the intent durable; if that fails the writes were never sent: ``failed``."""
@@ -228,6 +264,8 @@ class CanaryWriter:
                     wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0
                     self.producer.poll(min(max(wait, 0.0), 0.05))
                 self.flush_outcomes()
+                if time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
+                    self.checkpoint()
         finally:
             self.finish()
 

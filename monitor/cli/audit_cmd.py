@@ -9,31 +9,44 @@ import typer
 from rich.table import Table
 
 from invariants.catalog import CATALOG, Invariant, Isolation
+from invariants.model import DURABILITIES
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit, hanging_transactions
 from monitor.audit.reader import read_history
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
 
 
 def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
-    entries, reads, log_start, topic_id, malformed = read_history(cfg, timeout_s, progress)
-    result = audit(entries, reads, cfg.watch.settle_offsets, log_start)
+    h = read_history(cfg, timeout_s, progress)
+    result = audit(h.entries, h.reads, cfg.watch.settle_offsets, h.log_start, watched=[cfg.canary.name])
     counts: dict[str, dict[str, int]] = {iso.value: {} for iso in Isolation}
+    by_class: dict[str, dict[str, dict[str, int]]] = {iso.value: {} for iso in Isolation}
     for inv in (*HISTORY_INVARIANTS, Invariant.LSO_STUCK):
         for iso in CATALOG[inv].scope.isolations:
             counts[iso.value][inv.value] = result.count(inv, iso)
+            by_class[iso.value][inv.value] = {d.value: result.counts.get((inv, iso, d), 0) for d in DURABILITIES}
     counts[Isolation.READ_COMMITTED.value][Invariant.LSO_STUCK.value] = hanging_transactions(
-        entries, cfg.watch.lso_stuck_threshold_s)
+        h.entries, cfg.watch.lso_stuck_threshold_s)
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,
+        "by_durability": by_class,
+        "lost_writes_by_writer": [{"writer": w, "isolation": iso.value, "durability": d.value, "count": n}
+                                  for (w, iso, d), n in sorted(result.lost_by_writer.items(),
+                                                               key=lambda kv: (kv[0][0], kv[0][1].value)) if n],
         "examples": examples,
-        "topic_id": topic_id,
+        "topic_id": h.topic_id,
         "records_checked": {iso.value: n for iso, n in result.records_checked.items()},
         "expired_unread": result.expired_unread,
         "aborted_records_read": result.aborted_allowed,
+        "unconfirmed_missing": {iso.value: n for iso, n in result.unconfirmed_missing.items()},
         "undecided": result.undecided,
-        "malformed": malformed,
-        "ledger_entries": len(entries),
+        "malformed": h.malformed,
+        "ledger_entries": len(h.entries),
+        "history": {  # where what the audit could read begins
+            "ledger_first_offsets": {str(p): off for p, off in sorted(h.ledger_start.items())},
+            "canary_log_start": {str(p): off for (_tid, p), off in sorted(h.log_start.items())},
+            "writers_joined_mid_stream": result.writers_joined_mid_stream,
+        },
     }
 
 
@@ -67,3 +80,9 @@ def audit_cmd(
     console.print(f"records checked: {report['records_checked']}  expired unread: {report['expired_unread']}  "
                   f"aborted records read (read_uncommitted, allowed): {report['aborted_records_read']}  "
                   f"not yet judgeable: {report['undecided']}")
+    for row in report["lost_writes_by_writer"]:
+        console.print(f"lost writes of writer {row['writer'] or '?'} ({row['isolation']}): {row['count']} "
+                      f"[{row['durability']}]")
+    hist = report["history"]
+    console.print(f"history begins at ledger offsets {hist['ledger_first_offsets']} and canary log start "
+                  f"{hist['canary_log_start']}; writers joined mid-stream: {hist['writers_joined_mid_stream']}")

@@ -91,8 +91,8 @@ def run(
         snap = runtime.published
         print_json({"writers": [writer_summary(t.writer) for t in threads],
                     "checker": {"records_checked": {i.value: n for i, n in snap.records_checked.items()},
-                                "violations": {f"{inv.value}/{iso.value}": n for (inv, iso), n in
-                                               snap.violations.items() if n},
+                                "violations": {f"{inv.value}/{iso.value}/{dur.value}": n
+                                               for (inv, iso, dur), n in snap.violations.items() if n},
                                 "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
                                 "batches": snap.batches, "restarts": snap.restarts}})
     for t in failures:

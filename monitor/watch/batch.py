@@ -60,37 +60,47 @@ def apply_batch(checker: Checker, table: pa.Table, topic_ids: Callable[[str], st
     return checker.settle(), stats
 
 
+def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Counter, np.ndarray]:
+    """Records of one partition as the checker reads them, the malformed ones counted by kind,
+    and the produce timestamps (µs) of the canary ones. The Spark batches and the re-fetches
+    both decode through here, so a record has one identity whichever way it was read."""
+    headers, valid = decode_headers(values)
+    wid, inc, seq = headers["writer_id"].tolist(), headers["incarnation"].tolist(), headers["seq"].tolist()
+    txn = headers["txn_id"].tolist()
+    malformed: Counter = Counter()
+    reads = []
+    for i, ok in enumerate(valid.tolist()):
+        if ok:
+            reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i]))
+        else:
+            malformed[malformed_kind(values[i])] += 1
+            reads.append(Read(int(offsets[i]), foreign_ident(values[i])))
+    return reads, malformed, headers["produce_ts_us"][valid]
+
+
 def _apply_reads(checker: Checker, iso: Any, part: pa.Table, topic_ids: Callable[[str], str | None],
                  now: float, stats: BatchStats) -> None:
     values = part.column("value").to_pylist()
-    headers, valid = decode_headers(values)
     topics = part.column("topic").to_pylist()
     partitions = part.column("partition").to_numpy()
     offsets = part.column("offset").to_numpy()
-    wid, inc, seq = headers["writer_id"].tolist(), headers["incarnation"].tolist(), headers["seq"].tolist()
-    txn = headers["txn_id"].tolist()
-    ts = headers["produce_ts_us"]
-    ok = valid.tolist()
-    latency = (now - ts[valid] / 1e6).clip(min=0)
-    counts, _ = np.histogram(latency, bins=[-np.inf, *E2E_BUCKETS, np.inf])
-    stats.e2e_counts[iso] = counts
-    stats.e2e_sum[iso] = float(latency.sum())
+    latencies = []
     start = 0
     n = len(values)
     while start < n:
         end = start
         while end < n and partitions[end] == partitions[start] and topics[end] == topics[start]:
             end += 1
+        reads, malformed, ts = to_reads(offsets[start:end], values[start:end])
+        stats.malformed.update(malformed)
+        latencies.append((now - ts / 1e6).clip(min=0))
         tid = topic_ids(topics[start])
-        reads = []
-        for i in range(start, end):
-            if ok[i]:
-                reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i]))
-            else:
-                stats.malformed[malformed_kind(values[i])] += 1
-                reads.append(Read(int(offsets[i]), foreign_ident(values[i])))
         if tid is not None:
             checker.apply_reads(iso, tid, int(partitions[start]), reads)
         else:
             stats.malformed["unknown_topic"] += end - start
         start = end
+    latency = np.concatenate(latencies) if latencies else np.zeros(0)
+    counts, _ = np.histogram(latency, bins=[-np.inf, *E2E_BUCKETS, np.inf])
+    stats.e2e_counts[iso] = counts
+    stats.e2e_sum[iso] = float(latency.sum())

@@ -78,6 +78,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         for q in spark.streams.active:
             q.stop()
         runtime.prober.join(10)
+        runtime.refetcher.close()
         spark.stop()
 
 

@@ -7,12 +7,21 @@ prober runs in the monitor process with one confluent-kafka consumer per isolati
 assigned to every canary partition from the end, and every ``probe_interval_s``:
 
 1. reads the ledger (from the end) into its own :class:`~invariants.accounting.LedgerFold`:
-   acked offsets tell it records exist even when the leader no longer answers, pending
-   intents tell it a writer waits for an outcome;
-2. polls both consumers and takes their positions;
-3. lists the high watermark and the last stable offset per partition (keeping the last
-   known values when the leader does not answer);
-4. hands what it saw to the liveness judge.
+   pending intents tell it a writer waits for an outcome (a writer's checkpoint entries tell
+   it what was in flight before it started reading);
+2. polls both consumers up to the ends it listed in the previous round, and takes their
+   positions;
+3. lists the high watermark, the last stable offset and the log start per partition (keeping
+   the last known values, marked stale, when a leader does not answer; a high watermark that
+   went backwards is handed to the checker as evidence of a rewrite);
+4. hands what it saw to the liveness judge: a reader that made no progress although the end it
+   may read (the high watermark for ``read_uncommitted``, the last stable offset for
+   ``read_committed``) was already beyond its position when the round began.
+
+Listing *after* polling is what lets a stall show: the ends listed at the end of one round are
+what the readers must reach in the next; if their leader stops answering, the readers stay
+behind them. Records acknowledged but above the high watermark (an ``acks=1`` leader cut off
+from its followers) are not available to any reader, and are not a stall.
 
 It never blocks longer than a few seconds per round, whatever the brokers do.
 """
@@ -21,13 +30,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from confluent_kafka import OFFSET_END, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from invariants.accounting import AckedRun, LedgerFold, TxnWriteAcked
+from invariants.accounting import LedgerFold
 from invariants.ledger_format import LedgerFormatError, decode
 from invariants.liveness import LivenessJudge
 from invariants.model import RC, RU, Violation
@@ -40,7 +49,7 @@ class PartitionEnds:
     high_watermark: int = -1
     lso: int = -1
     log_start: int = 0
-    acked_end: int = -1  # highest acked offset + 1 seen in the ledger
+    fresh: bool = False  # listed in the latest round (else: the last values known)
 
 
 @dataclass
@@ -55,20 +64,23 @@ class ProbeView:
     open_stalls: dict[tuple, int] = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     rounds: int = 0
     open_episodes: dict[str, Any] = field(default_factory=dict)  # counted, still open (LivenessJudge.open_doc)
+    list_offsets_failures: int = 0  # partitions whose ends could not be listed, summed over rounds
 
 
 class Prober(threading.Thread):
     def __init__(self, config: Config, on_violations: Callable[[list[Violation]], None],
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, on_round: Callable[[], None] = lambda: None) -> None:
         super().__init__(name="vigil-prober", daemon=True)
         self.cfg = config
         self.on_violations = on_violations
+        self.on_round = on_round
         self.stop_event = stop
         self.view = ProbeView()
         self.lock = threading.Lock()
         w = config.watch
         self.judge = LivenessJudge(w.stall_threshold_s, w.lso_stuck_threshold_s, w.producer_stall_s)
-        self.fold = LedgerFold()
+        self.fold = LedgerFold([config.canary.name])
+        self.rewinds: list[tuple[str, int, int, int]] = []  # (topic id, partition, new high watermark, old)
         self.eof: dict[tuple, int] = {}
         self.error: str | None = None
 
@@ -114,23 +126,13 @@ class Prober(threading.Thread):
                 if m.error() is not None:
                     continue
                 try:
-                    entry = decode(m.value())
+                    self.fold.apply(decode(m.value()))
                 except LedgerFormatError:
                     continue
-                for ev in self.fold.apply(entry):
-                    if isinstance(ev, AckedRun):
-                        tid, p, end = ev.topic_id, ev.partition, ev.first_offset + ev.count
-                    elif isinstance(ev, TxnWriteAcked):
-                        tid, p, end = ev.write.topic_id, ev.write.partition, ev.offset + 1
-                    else:
-                        continue
-                    if tid == self.view.topic_id:
-                        ends = self.view.ends.setdefault(p, PartitionEnds())
-                        ends.acked_end = max(ends.acked_end, end)
 
     def _end(self, iso: Any, p: int) -> int:
         ends = self.view.ends.get(p, PartitionEnds())
-        return ends.lso if iso is RC else max(ends.high_watermark, ends.acked_end)
+        return ends.lso if iso is RC else ends.high_watermark
 
     def _poll_readers(self) -> None:
         """Fetch only during a probe: resume, read up to the ends known now, pause again.
@@ -167,15 +169,33 @@ class Prober(threading.Thread):
             "lso": self.admin.list_offsets(tps, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=3),
             "log_start": self.admin.list_offsets(earliest, request_timeout=3),
         }
+        listed: dict[int, dict[str, int]] = {}
         for attr, futures in requests.items():
             for tp, fut in futures.items():
                 try:
                     offset = fut.result(timeout=4).offset
                 except Exception:  # that leader did not answer: keep what we knew
                     continue
-                if offset < 0:  # an error result (e.g. OFFSET_INVALID): keep what we knew
-                    continue
-                setattr(self.view.ends.setdefault(tp.partition, PartitionEnds()), attr, offset)
+                if offset >= 0:  # an error result (e.g. OFFSET_INVALID): keep what we knew
+                    listed.setdefault(tp.partition, {})[attr] = offset
+        with self.lock:
+            for p in range(self.view.partitions):
+                old = self.view.ends.get(p, PartitionEnds())
+                got = listed.get(p, {})
+                fresh = len(got) == len(requests)
+                if not fresh:
+                    self.view.list_offsets_failures += 1
+                hw = got.get("high_watermark", old.high_watermark)
+                if fresh and 0 <= hw < old.high_watermark:  # the log end went backwards: a rewrite
+                    self.rewinds.append((self.view.topic_id, p, hw, old.high_watermark))
+                self.view.ends[p] = PartitionEnds(hw, got.get("lso", old.lso), got.get("log_start", old.log_start),
+                                                  fresh)
+
+    def take_rewinds(self) -> list[tuple[str, int, int, int]]:
+        """High watermarks seen going backwards since the last call: (topic id, partition, new, old)."""
+        with self.lock:
+            out, self.rewinds = self.rewinds, []
+        return out
 
     def _judge(self, now: float) -> list[Violation]:
         out: list[Violation] = []
@@ -188,7 +208,8 @@ class Prober(threading.Thread):
                     continue
                 out += self.judge.poll(iso, tid, p, pos, self._end(iso, p), now)
         for p, ends in self.view.ends.items():
-            out += self.judge.lso(tid, p, ends.lso, ends.high_watermark, now)
+            if ends.fresh:  # a leader that did not answer says nothing about its LSO
+                out += self.judge.lso(tid, p, ends.lso, ends.high_watermark, now)
         pending = self.fold.oldest_pending_us()
         for key, w in self.fold.writers.items():
             out += self.judge.producer(w.instance, (w.writer_id, w.inc), pending.get(key), now)
@@ -211,8 +232,8 @@ class Prober(threading.Thread):
         if not self.view.partitions:
             return []
         self._read_ledger()
-        self._list_ends()
         self._poll_readers()
+        self._list_ends()
         out = self._judge(time.time() if now is None else now)
         self.view.rounds += 1
         return out
@@ -220,8 +241,9 @@ class Prober(threading.Thread):
     def snapshot(self) -> ProbeView:
         with self.lock:
             return ProbeView(self.view.topic_id, self.view.partitions, dict(self.view.leaders),
-                             list(self.view.brokers), dict(self.view.ends),
-                             dict(self.view.open_stalls), self.view.rounds, dict(self.view.open_episodes))
+                             list(self.view.brokers), {p: replace(e) for p, e in self.view.ends.items()},
+                             dict(self.view.open_stalls), self.view.rounds, dict(self.view.open_episodes),
+                             self.view.list_offsets_failures)
 
     def run(self) -> None:
         self._open()
@@ -234,6 +256,10 @@ class Prober(threading.Thread):
                     found, self.error = [], f"{type(exc).__name__}: {exc}"
                 if found:
                     self.on_violations(found)
+                try:
+                    self.on_round()
+                except Exception as exc:  # noqa: BLE001 - the prober must keep probing
+                    self.error = f"after round: {type(exc).__name__}: {exc}"
                 self.stop_event.wait(max(0.0, self.cfg.watch.probe_interval_s - (time.monotonic() - started)))
         finally:
             for consumer in [*self.readers.values(), self.ledger]:

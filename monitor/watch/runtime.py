@@ -26,8 +26,11 @@ from monitor.watch import state as state_store
 from monitor.watch.batch import apply_batch
 from monitor.watch.evidence import EvidenceLog
 from monitor.watch.prober import Prober
+from monitor.watch.refetch import Refetcher
 from monitor.watch.snapshot import build_snapshot
 from monitor.watch.topics import TopicDirectory
+
+MAX_REFETCHES_PER_ROUND = 8
 
 
 @dataclass
@@ -44,20 +47,26 @@ class WatchRuntime:
         self.settings = Settings(cfg.watch.settle_offsets, cfg.watch.horizon_offsets)
         self.dir = cfg.checkpoint_dir()
         self.lock = threading.RLock()
-        self.state = state_store.load(self.dir, self.settings)
+        self.watched = (cfg.canary.name,)
+        self.state = self._load()
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
         self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic)
         self.stop = threading.Event()
-        self.prober = Prober(cfg, self.record_liveness, self.stop)
+        self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe)
         self.prober.prime(self.state.open_episodes)
         self.topics = TopicDirectory(cfg, self.prober)
+        self.refetcher = Refetcher(cfg)
+        self._refetching = threading.Lock()
         self.status = QueryStatus()
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
         self.caught_up_at = 0.0
         self.last_progress: dict[Any, float] = {}
         self._frontiers: dict[Any, int] = {}
         self.published = self._snapshot()
+
+    def _load(self) -> state_store.WatchState:
+        return state_store.load(self.dir, self.settings, self.watched)
 
     def _evidence_producer(self) -> Any:
         """A producer for the optional evidence topic (created compacted by `vigil watch`)."""
@@ -78,6 +87,8 @@ class WatchRuntime:
                 return
             try:
                 view = self.prober.snapshot()  # below the log start nothing is judged (retention)
+                if view.topic_id:
+                    self.state.checker.watch_topic_id(view.topic_id)
                 for p, ends in view.ends.items():
                     if view.topic_id and ends.log_start > 0:
                         self.state.checker.set_log_start(view.topic_id, p, ends.log_start)
@@ -91,7 +102,7 @@ class WatchRuntime:
                 st.last_batch_at = time.time()
                 self._persist(batch_id, violations)
             except BaseException:
-                self.state = state_store.load(self.dir, self.settings)  # drop the half-applied batch
+                self.state = self._load()  # drop the half-applied batch
                 raise
             now = time.time()
             self.last_batch = now
@@ -100,6 +111,46 @@ class WatchRuntime:
                     self._frontiers[key] = frontier
                     self.last_progress[key] = now
             self.published = self._snapshot()
+        self.service_refetches()
+
+    def after_probe(self) -> None:
+        """After each prober round: high watermarks that went backwards, then what is to be read again."""
+        rewinds = self.prober.take_rewinds()
+        if rewinds:
+            with self.lock:
+                for tid, p, new, old in rewinds:
+                    self.state.checker.suspect(tid, p, new, old)
+        self.service_refetches()
+
+    def service_refetches(self) -> None:
+        """Read again, directly, what the checker asks for; apply it like a batch (outside the
+        batch lock while reading, so a slow broker holds up neither Spark nor the prober)."""
+        if not self._refetching.acquire(blocking=False):
+            return  # the other thread is at it
+        try:
+            with self.lock:
+                wanted = self.state.checker.refetch_wanted()[:MAX_REFETCHES_PER_ROUND]
+            results = []
+            for w in wanted:
+                name = self.topics.topic_name_of(w.topic_id)
+                if name and not self.stop.is_set():
+                    results.append((w, self.refetcher.read_both(name, w.partition, w.lo, w.hi)))
+            if not results:
+                return
+            with self.lock:
+                ck = self.state.checker
+                for w, by_iso in results:
+                    for iso, got in by_iso.items():
+                        if got.hi > got.lo:
+                            ck.apply_reads(iso, w.topic_id, w.partition, got.reads, covered=(got.lo, got.hi))
+                violations = ck.settle()
+                self.state.refetches += len(results)
+                self._persist(self.state.batch_id, violations)
+                self.published = self._snapshot()
+        except Exception as exc:  # a broker away: the ranges stay wanted, the next round tries again
+            self.progress(f"re-fetch failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._refetching.release()
 
     def record_liveness(self, violations: list[Violation]) -> None:
         with self.lock:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from invariants.catalog import series
-from invariants.model import RC
+from invariants.model import RC, Durability
 from monitor.metrics import WatchSnapshot
 from monitor.watch.prober import ProbeView
 from monitor.watch.state import WatchState
@@ -14,7 +13,9 @@ from monitor.watch.state import WatchState
 def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, last_progress: dict,
                    last_batch: float, up: bool, state_bytes: int) -> WatchSnapshot:
     ck = st.checker
-    violations = {k: ck.counts.get(k, 0) + st.liveness.get(k, 0) for k in series()}
+    violations = dict(ck.counts)
+    for (inv, iso), n in st.liveness.items():  # liveness is about availability, not what a setting allows
+        violations[(inv, iso, Durability.GUARANTEED)] = violations.get((inv, iso, Durability.GUARANTEED), 0) + n
     lag, progress = {}, {}
     for key, frontier in ck.frontiers().items():
         if key.topic_id != view.topic_id:
@@ -36,5 +37,9 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         e2e_counts={k: v.tolist() for k, v in st.e2e_counts.items()}, e2e_sum=dict(st.e2e_sum),
         lag=lag, last_progress=progress, last_batch=last_batch, up=int(up),
         restarts=st.restarts, led=led, stalls_open=dict(view.open_stalls), state_bytes=state_bytes,
-        batches=st.batches,
+        batches=st.batches, lost_by_writer=dict(ck.sink.lost_by_writer),
+        rewrites={p: n for (tid, p), n in ck.offsets.rewrites.items() if tid == view.topic_id},
+        unconfirmed_missing=dict(ck.unconfirmed.missing),
+        writers=sorted((w.name, w.acks, w.idempotence, w.transactional) for w in ck.writer_info.values()),
+        refetches=st.refetches, list_offsets_failures=view.list_offsets_failures,
     )

@@ -33,12 +33,13 @@ from invariants.model import Settings
 STATE_FILE = "vigil-state.json"
 LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
 STATE_FORMAT = "vigil-watch-state"
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 @dataclass
 class WatchState:
     settings: Settings
+    watched: tuple[str, ...] = ()  # the canary topic names the checker accounts for (empty: all)
     batch_id: int = -1
     checker: Checker = None  # type: ignore[assignment]
     liveness: Counter = field(default_factory=Counter)  # (Invariant, Isolation) -> episodes counted
@@ -51,10 +52,11 @@ class WatchState:
     batches: int = 0
     last_batch_at: float = 0.0  # wall clock of the last applied batch (freshness survives restarts)
     open_episodes: dict[str, Any] = field(default_factory=dict)  # liveness episodes counted and still open
+    refetches: int = 0
 
     def __post_init__(self) -> None:
         if self.checker is None:
-            self.checker = Checker(self.settings)
+            self.checker = Checker(self.settings, self.watched or None)
 
     def add_e2e(self, iso: Isolation, counts: np.ndarray, total: float) -> None:
         prev = self.e2e_counts.get(iso)
@@ -72,12 +74,13 @@ class WatchState:
             "evidence_bytes": self.evidence_bytes,
             "incidents": [[key, ident, seen] for key, (ident, seen) in self.incidents.items()],
             "restarts": self.restarts, "batches": self.batches, "last_batch_at": self.last_batch_at,
-            "open_episodes": self.open_episodes,
+            "open_episodes": self.open_episodes, "refetches": self.refetches,
         }
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any], settings: Settings) -> "WatchState":
-        st = cls(settings, doc["batch_id"], Checker.from_doc(doc["checker"], settings))
+    def from_doc(cls, doc: dict[str, Any], settings: Settings, watched: tuple[str, ...] = ()) -> "WatchState":
+        st = cls(settings, watched, doc["batch_id"], Checker.from_doc(doc["checker"], settings))
+        st.checker.fold.watched = frozenset(watched) if watched else None  # the configuration says what counts
         st.liveness = Counter({(Invariant(inv), Isolation(iso)): n for inv, iso, n in doc["liveness"]})
         st.malformed = Counter(doc["malformed"])
         for iso, counts, total in doc["e2e"]:
@@ -87,6 +90,7 @@ class WatchState:
         st.incidents = {key: (ident, seen) for key, ident, seen in doc["incidents"]}
         st.restarts, st.batches, st.last_batch_at = doc["restarts"], doc["batches"], doc["last_batch_at"]
         st.open_episodes = doc["open_episodes"]
+        st.refetches = doc["refetches"]
         return st
 
 
@@ -94,7 +98,7 @@ class StateError(VigilError):
     pass
 
 
-def load(directory: Path, settings: Settings) -> WatchState:
+def load(directory: Path, settings: Settings, watched: tuple[str, ...] = ()) -> WatchState:
     path = directory / STATE_FILE
     if not path.exists():
         legacy = directory / LEGACY_STATE_FILE
@@ -102,7 +106,7 @@ def load(directory: Path, settings: Settings) -> WatchState:
             raise StateError(f"{legacy}: checker state version 1 (written by Vigil 0.1) cannot be read by this "
                              f"version (state version {STATE_VERSION}); move {directory} away to start a new "
                              "history (the Spark checkpoint inside it goes with it)")
-        return WatchState(settings)
+        return WatchState(settings, watched)
     try:
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:  # a torn or foreign file must not be silently replaced
@@ -113,7 +117,7 @@ def load(directory: Path, settings: Settings) -> WatchState:
         raise StateError(f"{path}: checker state version {doc.get('version')!r} cannot be read by this version "
                          f"(state version {STATE_VERSION}); move {directory} away to start a new history")
     try:
-        return WatchState.from_doc(doc, settings)
+        return WatchState.from_doc(doc, settings, watched)
     except (KeyError, TypeError, ValueError) as exc:
         raise StateError(f"{path}: damaged checker state ({type(exc).__name__}: {exc}); move it away to start a "
                          "new history") from None

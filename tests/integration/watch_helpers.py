@@ -96,7 +96,18 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
 
 
 def violations(port: int) -> dict[tuple[str, str], int]:
-    return {(dict(labels)["invariant"], dict(labels)["isolation"]): int(v)
+    """(invariant, isolation) -> count, whatever the durability class."""
+    out: dict[tuple[str, str], int] = {}
+    for (name, labels), v in scrape(port).items():
+        if name == "vigil_violations_total":
+            key = (dict(labels)["invariant"], dict(labels)["isolation"])
+            out[key] = out.get(key, 0) + int(v)
+    return out
+
+
+def violations_by_class(port: int) -> dict[tuple[str, str, str], int]:
+    """(invariant, isolation, durability) -> count."""
+    return {(dict(labels)["invariant"], dict(labels)["isolation"], dict(labels)["durability"]): int(v)
             for (name, labels), v in scrape(port).items() if name == "vigil_violations_total"}
 
 

@@ -18,12 +18,13 @@ from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
 from invariants.ledger_format import (
     Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome,
-    WriteRange, WriterRef,
+    WriteRange, WriterRef, WriterSettings, TopicSettings,
 )
 from invariants.model import Read, Settings
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 TOPIC = "t-0001"
+DURABLE = TopicSettings(replication_factor=3, min_insync_replicas=2, unclean_leader_election=False)
 I = Invariant
 
 EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
@@ -65,7 +66,7 @@ class _Writer:
         self.inc = predecessor.inc + 1 if predecessor else 1
         self.n = 0
         self.seq: Counter[int] = Counter()
-        self.entry(Start(TOPIC, TOPIC, self.h.partitions))
+        self.entry(Start(TOPIC, TOPIC, self.h.partitions, WriterSettings(f"w{self.wid}"), DURABLE))
 
     def entry(self, body: Body, skip: int = 0) -> None:
         self.n += skip
@@ -326,10 +327,26 @@ def run_live(h: History, settings: Settings, rng: random.Random, restart_p: floa
             else:
                 checker.apply_reads(key[0], TOPIC, key[1], chunk)
         checker.settle()
+        if rng.random() < 0.5:  # the runtime answers re-fetch requests after some batches
+            answer_refetches(checker, h.reads, rounds=1)
         if rng.random() < restart_p:
             checker = restart(checker, settings)
     checker.settle()
+    answer_refetches(checker, h.reads)
     return checker
+
+
+def answer_refetches(ck: Checker, log: Any, rounds: int = 5) -> None:
+    """What the runtime does: read again, directly, what the checker asks for (here: from ``log(iso, p)``)."""
+    for _ in range(rounds):
+        wanted = ck.refetch_wanted()
+        if not wanted:
+            return
+        for w in wanted:
+            for iso in (RC, RU):
+                reads = [r for r in log(iso, w.partition) if w.lo <= r.offset < w.hi]
+                ck.apply_reads(iso, w.topic_id, w.partition, reads, covered=(w.lo, w.hi))
+        ck.settle()
 
 
 def audit_input(h: History) -> dict:

@@ -19,7 +19,7 @@ SETTINGS = Settings(settle_offsets=4, horizon_offsets=100_000)
 
 def test_a_state_written_by_vigil_0_1_is_refused_naming_its_version(tmp_path):
     shutil.copy(FIXTURES / "state_v1" / "vigil-state.pkl", tmp_path / "vigil-state.pkl")
-    with pytest.raises(state_store.StateError, match="version 1 .* cannot be read by this version .*state version 2"
+    with pytest.raises(state_store.StateError, match="version 1 .* cannot be read by this version .*state version 3"
                        ".*move .* away"):
         state_store.load(tmp_path, SETTINGS)
 
@@ -37,7 +37,7 @@ def test_the_saved_document_loads_back_to_the_same_state(tmp_path):
     assert size == (tmp_path / state_store.STATE_FILE).stat().st_size
     back = state_store.load(tmp_path, SETTINGS)
     assert back.to_doc() == st.to_doc()
-    assert {k: n for k, n in back.checker.counts.items() if n} == dict(h.expected)  # what was injected
+    assert {(inv, iso): n for (inv, iso, _d), n in back.checker.counts.items() if n} == dict(h.expected)
     assert back.malformed == {"foreign": 3} and back.incidents == st.incidents
 
 
@@ -45,7 +45,8 @@ def test_the_saved_document_loads_back_to_the_same_state(tmp_path):
     (b"garbage", "unreadable"),
     (b'{"format": "something-else"}', "not a Vigil checker state"),
     (b'{"format": "vigil-watch-state", "version": 99}', "version 99 cannot be read"),
-    (b'{"format": "vigil-watch-state", "version": 2}', "damaged"),
+    (b'{"format": "vigil-watch-state", "version": 2}', "version 2 cannot be read"),
+    (b'{"format": "vigil-watch-state", "version": 3}', "damaged"),
 ])
 def test_a_bad_state_file_is_an_error_never_a_silent_reset(tmp_path, content, why):
     (tmp_path / state_store.STATE_FILE).write_bytes(content)

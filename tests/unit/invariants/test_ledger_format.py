@@ -7,18 +7,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invariants.ledger_format import (
-    LEDGER_VERSION, Intent, LedgerEntry, LedgerFormatError, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo,
-    TxnOutcome, WriteOutcome, WriteRange, WriterRef, WriterSettings, decode, encode,
+    LEDGER_VERSION, Checkpoint, Intent, LedgerEntry, LedgerFormatError, OpenTxn, OutcomeRun, Outcomes, PendingWrites,
+    Start, Stop, TopicSettings, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterRef, WriterSettings,
+    decode, encode,
 )
 
 WRITER = WriterRef("host-idempotent", 2**63 + 5, 7)
 
 BODIES = {
-    "start": Start("vigil-canary", "AbCdEf", 3, WriterSettings("idem", "canary", "1", False, False, 20000)),
+    "start": Start("vigil-canary", "AbCdEf", 3, WriterSettings("idem", "canary", "1", False, False, 20000),
+                   TopicSettings(3, 2, False)),
+    "start_unknown_topic": Start("vigil-canary", "AbCdEf", 3, WriterSettings("idem"), None),
+    "checkpoint": Checkpoint("vigil-canary", "AbCdEf", 3, WriterSettings("txn", transactional=True),
+                             TopicSettings(1, 1, True), (PendingWrites(0, 7, 2, 4, 99),),
+                             (OpenTxn(4, 3, False, (WriteRange(0, 7, 2), WriteRange(1, 3, 1))),)),
     "intent": Intent("AbCdEf", (WriteRange(0, 10, 3), WriteRange(2, 4, 1))),
     "intent_txn": Intent("AbCdEf", (WriteRange(1, 0, 4),), TxnInfo(9, 4, True)),
     "outcomes": Outcomes("AbCdEf", (OutcomeRun(0, 10, 3, WriteOutcome.ACKED, 500, 1, 2),
-                                    OutcomeRun(2, 4, 1, WriteOutcome.INDETERMINATE, -1, 1, 3, "_MSG_TIMED_OUT"))),
+                                    OutcomeRun(2, 4, 1, WriteOutcome.INDETERMINATE, -1, 1, 3, "_MSG_TIMED_OUT"),
+                                    OutcomeRun(1, 0, 4, WriteOutcome.ACKED, 9, 1, 3, None, 12))),
     "txn": TxnEnd(9, TxnOutcome.ABORTED, None),
     "txn_indeterminate": TxnEnd(10, TxnOutcome.INDETERMINATE, "_FENCED"),
     "stop": Stop(),
@@ -44,8 +51,8 @@ def test_the_encoder_takes_only_entry_dataclasses():
 
 def test_an_entry_of_another_version_names_the_version():
     raw = json.loads(encode(LedgerEntry(WRITER, 0, 0, Stop())))
-    raw["v"] = 2
-    with pytest.raises(LedgerFormatError, match="version 2 is not readable.*reads version 1"):
+    raw["v"] = 3
+    with pytest.raises(LedgerFormatError, match="version 3 is not readable.*reads versions 1, 2"):
         decode(json.dumps(raw).encode())
 
 
@@ -62,6 +69,9 @@ def test_what_is_not_an_entry_is_refused_with_the_reason(raw, why):
 
 
 def test_version_1_entries_written_by_vigil_0_1_still_decode():
+    run = (b'{"v":1,"instance":"h","writer_id":3,"inc":2,"n":4,"ts_us":5,"kind":"outcomes","topic_id":"T",'
+           b'"runs":[[0,10,2,"acked",40,1,2,null]]}')
+    assert decode(run).body.runs == (OutcomeRun(0, 10, 2, WriteOutcome.ACKED, 40, 1, 2, None, 0),)
     """Entries exactly as the 0.1 writers, drills and bench wrote them (settings as a config dump)."""
     start = (b'{"v":1,"instance":"h-idempotent","writer_id":3,"inc":2,"n":0,"ts_us":5,"kind":"start","topic":"c",'
              b'"topic_id":"T","partitions":3,"writer":{"name":"idempotent","acks":"all","idempotence":true,'

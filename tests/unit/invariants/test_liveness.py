@@ -22,7 +22,22 @@ def test_poll_and_lso_conditions():
     assert poll_stuck(PollProgress(position=5), 5, 9)
     assert not poll_stuck(PollProgress(position=5), 6, 9)  # progressed
     assert not poll_stuck(PollProgress(position=9), 9, 9)  # nothing available
-    assert lso_stuck(100, 100, 140) and not lso_stuck(100, 120, 140) and not lso_stuck(100, 100, 100)
+    assert lso_stuck(100, 100, 130, 140)  # frozen while the high watermark moved on
+    assert not lso_stuck(100, 120, 130, 140)  # the LSO moved
+    assert not lso_stuck(100, 100, 100, 100)  # nothing beyond it
+    assert not lso_stuck(100, 100, 140, 140)  # the high watermark did not move either: nobody writes
+
+
+def test_a_frozen_lso_under_a_frozen_high_watermark_is_no_hanging_transaction():
+    """What a broker restart looked like to the old rule (LSO 10373 below a high watermark of 10376,
+    both only the last values known): a false lso_stuck."""
+    from invariants.liveness import LivenessJudge
+
+    judge = LivenessJudge(stall_s=5, lso_s=6, producer_s=30)
+    assert [v for now in range(0, 60, 3) for v in judge.lso("T", 0, 10373, 10376, now)] == []
+    # a real hanging transaction: the high watermark moves on past a frozen LSO
+    found = [v for now in range(60, 120, 3) for v in judge.lso("T", 0, 10373, 10376 + now, now)]
+    assert [(v.invariant.value, v.partition) for v in found] == [("lso_stuck", 0)]
 
 
 def test_the_judge_counts_a_stall_once_and_a_restart_does_not_count_it_again():

@@ -1,0 +1,58 @@
+"""What a canary writer knows of its topic: whether it exists, its ID and partitions, and its
+durability settings — read at start and every few seconds after, in the background.
+
+The settings go into the writer's ``start`` and ``checkpoint`` ledger entries, so every verdict on
+its writes is classed by the configuration in force when they were made
+(:mod:`invariants.promises`), by the live checker and the audit alike.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from invariants.ledger_format import TopicSettings
+from monitor import clients
+from monitor.clients import TopicInfo
+
+
+@dataclass(frozen=True)
+class TopicView:
+    info: TopicInfo | None  # None: the topic could not be described (missing, or no broker answered)
+    settings: TopicSettings | None
+    observed_at: float
+
+
+class TopicObserver(threading.Thread):
+    """Describes ``name`` every ``interval_s``; :attr:`latest` is the newest view."""
+
+    def __init__(self, admin: Any, name: str, interval_s: float = 10.0,
+                 on_view: Callable[[TopicView], None] = lambda _v: None) -> None:
+        super().__init__(name=f"topic-watch-{name}", daemon=True)
+        self.admin = admin
+        self.topic = name
+        self.interval_s = interval_s
+        self.on_view = on_view
+        self.stop_event = threading.Event()
+        self.latest = TopicView(None, None, 0.0)
+
+    def refresh(self, timeout: float = 5.0) -> TopicView:
+        try:
+            info = clients.describe_topic(self.admin, self.topic, timeout=timeout)
+        except Exception:  # noqa: BLE001 - brokers away: nothing new is known
+            return self.latest
+        settings = clients.topic_settings(self.admin, info, timeout) if info is not None else None
+        if info is not None and settings is None:
+            settings = self.latest.settings if self.latest.info is not None else None
+        self.latest = TopicView(info, settings, time.time())
+        self.on_view(self.latest)
+        return self.latest
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval_s):
+            self.refresh()
+
+    def stop(self) -> None:
+        self.stop_event.set()
