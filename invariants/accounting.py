@@ -97,12 +97,14 @@ class TxnWriteDecided:
 
     write: WriteKey
     txn: TxnKey
+    cls: WriteClass = UNKNOWN_CLASS
 
 
 @dataclass(frozen=True, slots=True)
 class TxnDecided:
     txn: TxnKey
     outcome: TxnOutcome
+    cls: WriteClass = UNKNOWN_CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +142,15 @@ class PendingRange:
     end: int
     intent_ts_us: int
     txn: TxnKey | None
+    cls: WriteClass = UNKNOWN_CLASS  # the writer's class at the intent
 
     def to_doc(self) -> list:
-        return [self.first, self.end, self.intent_ts_us, None if self.txn is None else list(self.txn)]
+        return [self.first, self.end, self.intent_ts_us, None if self.txn is None else list(self.txn),
+                self.cls.to_doc()]
 
     @classmethod
     def from_doc(cls, d: list) -> "PendingRange":
-        return cls(d[0], d[1], d[2], None if d[3] is None else TxnKey(*d[3]))
+        return cls(d[0], d[1], d[2], None if d[3] is None else TxnKey(*d[3]), WriteClass.from_doc(d[4]))
 
 
 @dataclass
@@ -174,11 +178,11 @@ class WriterCursor:
             if lo >= hi:
                 kept.append(r)
                 continue
-            taken.append(PendingRange(lo, hi, r.intent_ts_us, r.txn))
+            taken.append(PendingRange(lo, hi, r.intent_ts_us, r.txn, r.cls))
             if r.first < lo:
-                kept.append(PendingRange(r.first, lo, r.intent_ts_us, r.txn))
+                kept.append(PendingRange(r.first, lo, r.intent_ts_us, r.txn, r.cls))
             if hi < r.end:
-                kept.append(PendingRange(hi, r.end, r.intent_ts_us, r.txn))
+                kept.append(PendingRange(hi, r.end, r.intent_ts_us, r.txn, r.cls))
         if kept:
             self.pending[(tid, p)] = kept
         else:
@@ -268,7 +272,7 @@ class LedgerFold:
         elif isinstance(body, TxnEnd):
             tkey = TxnKey(w.writer_id, w.inc, body.id)
             w.open_txns.discard(tkey)
-            events.append(TxnDecided(tkey, body.outcome))
+            events.append(TxnDecided(tkey, body.outcome, w.cls))
         elif isinstance(body, Stop):
             events.extend(self._close(w))
             w.stopped = True
@@ -290,7 +294,7 @@ class LedgerFold:
             tkey = TxnKey(w.writer_id, w.inc, pw.txn_id) if pw.txn_id else None
             known = w.pending.setdefault((body.topic_id, pw.partition), [])
             for lo, hi in _uncovered(pw.first_seq, pw.first_seq + pw.count, list(known)):
-                known.append(PendingRange(lo, hi, pw.intent_ts_us, tkey))
+                known.append(PendingRange(lo, hi, pw.intent_ts_us, tkey, w.cls))
         for t in body.open_txns:
             tkey = TxnKey(w.writer_id, w.inc, t.id)
             w.open_txns.add(tkey)
@@ -306,7 +310,7 @@ class LedgerFold:
         events: list[LedgerEvent] = []
         for r in body.writes:
             w.pending.setdefault((body.topic_id, r.partition), []).append(
-                PendingRange(r.first_seq, r.first_seq + r.count, ts_us, tkey))
+                PendingRange(r.first_seq, r.first_seq + r.count, ts_us, tkey, w.cls))
             if tkey:
                 events.extend(TxnWriteIntended(WriteKey(body.topic_id, r.partition, w.writer_id, w.inc, s), tkey,
                                                w.cls) for s in range(r.first_seq, r.first_seq + r.count))
@@ -324,7 +328,7 @@ class LedgerFold:
             covered = sum(piece.end - piece.first for piece in pieces)
             if covered < run.count:  # outcomes of writes whose intent was not seen (read from the middle)
                 txn = TxnKey(w.writer_id, w.inc, run.txn_id) if run.txn_id else None
-                pieces += [PendingRange(lo, hi, 0, txn) for lo, hi in _uncovered(first, end, pieces)]
+                pieces += [PendingRange(lo, hi, 0, txn, w.cls) for lo, hi in _uncovered(first, end, pieces)]
             acked = run.outcome is WriteOutcome.ACKED
             if acked:
                 w.last_ack_ts_us = max(w.last_ack_ts_us, run.done_ts_us)
@@ -332,7 +336,7 @@ class LedgerFold:
                 if piece.txn is None:
                     if acked:
                         events.append(AckedRun(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
-                                               run.first_offset + piece.first - first, run.done_ts_us, w.cls))
+                                               run.first_offset + piece.first - first, run.done_ts_us, piece.cls))
                     elif run.outcome is WriteOutcome.UNCONFIRMED:
                         events.append(UnconfirmedRun(tid, p, w.writer_id, w.inc, piece.first,
                                                      piece.end - piece.first))
@@ -340,15 +344,15 @@ class LedgerFold:
                 for s in range(piece.first, piece.end):
                     wkey = WriteKey(tid, p, w.writer_id, w.inc, s)
                     events.append(TxnWriteAcked(wkey, run.first_offset + s - first, piece.txn, run.done_ts_us,
-                                                w.cls) if acked else TxnWriteDecided(wkey, piece.txn))
+                                                piece.cls) if acked else TxnWriteDecided(wkey, piece.txn, piece.cls))
         return events
 
     @staticmethod
     def _close(w: WriterCursor) -> list[LedgerEvent]:
         events: list[LedgerEvent] = [
-            TxnWriteDecided(WriteKey(tid, p, w.writer_id, w.inc, s), r.txn)
+            TxnWriteDecided(WriteKey(tid, p, w.writer_id, w.inc, s), r.txn, r.cls)
             for (tid, p), rs in w.pending.items() for r in rs if r.txn for s in range(r.first, r.end)]
-        events.extend(TxnDecided(tkey, TxnOutcome.INDETERMINATE) for tkey in sorted(w.open_txns))
+        events.extend(TxnDecided(tkey, TxnOutcome.INDETERMINATE, w.cls) for tkey in sorted(w.open_txns))
         w.pending.clear()
         w.open_txns.clear()
         return events

@@ -41,7 +41,7 @@ from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
 )
 from invariants.offsets import OffsetsFamily
-from invariants.promises import UNKNOWN_CLASS, ClassTable, Promise, WriteClass, read_record
+from invariants.promises import ClassTable, WriteClass
 from invariants.read_index import PartitionView
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
@@ -71,7 +71,7 @@ class Checker:
         self.topic_settings: dict[str, TopicSettings] = {}
         self.acked = AckedWritesFamily(self.settings.settle_offsets)
         self.sequence = SequenceFamily(self.class_of)
-        self.offsets = OffsetsFamily(self.change_promise)
+        self.offsets = OffsetsFamily(self.class_of)
         self.txns = TransactionsFamily(self.settings.horizon_offsets)
         self.unconfirmed = UnconfirmedFamily(self.settings.settle_offsets)
         self.log_start: dict[tuple[str, int], int] = {}
@@ -105,12 +105,9 @@ class Checker:
         """Expected writes acked more than ``deadline_s`` ago that each reader has not reached."""
         return {RC: 0, RU: 0, **self.acked.unseen(now_us - int(deadline_s * 1e6))}
 
-    def class_of(self, writer: tuple[int, int]) -> WriteClass:
-        return self.writer_classes.get(writer, UNKNOWN_CLASS)
-
-    def change_promise(self, topic_id: str, _old: Ident | None) -> Promise:
-        """The class of a record changing under a reader: the topic's (unclean election or not)."""
-        return read_record(self.topic_settings.get(topic_id))
+    def class_of(self, writer: tuple[int, int]) -> WriteClass | None:
+        """The class of a writer the ledger announced (None: not announced, yet)."""
+        return self.writer_classes.get(writer)
 
     # -- observations ----------------------------------------------------------------------
 
@@ -180,7 +177,7 @@ class Checker:
         off, ident = r.offset, r.ident
         prev, new_offset = v.record(off, ident)
         report = self.sink.extend
-        report(self.offsets.cross_reader(key, off, ident, other))
+        report(self.offsets.observe(key, off, ident, other))
         if not is_canary(ident):
             return
         self.records_checked[key.iso] += 1
@@ -210,13 +207,12 @@ class Checker:
         report = self.sink.extend
         for off, old, r in changed:
             new = None if r is None else r.ident
-            report(self.offsets.on_change(key, off, old, new))
+            report(self.offsets.on_change(key, off, old, new, other))
             if old is not None and is_canary(old):
                 report(self.acked.on_vanished(key, v, off, old))
                 if key.iso is RC:
                     self.txns.on_vanished(WriteKey(key.topic_id, key.partition, *old), off)
             if new is not None:
-                report(self.offsets.cross_reader(key, off, new, other))
                 if is_canary(new):
                     self.records_checked[key.iso] += 1
                     self._canary_read(key, v, r)
@@ -244,6 +240,7 @@ class Checker:
         self.sink.extend(self.acked.judge_ready(lambda k: self.views[k],
                                                 lambda k: self.log_start.get((k.topic_id, k.partition), 0)))
         self.sink.extend(self.sequence.judge_ready(lambda k: self.views[k]))
+        self.sink.extend(self.offsets.judge_parked())
         self.sink.extend(self.txns.judge(self.view))
         for key in self._dirty:
             v = self.views[key]
@@ -296,7 +293,7 @@ class Checker:
         elif isinstance(ev, TxnWriteIntended):
             self.txns.on_intended(ev.write, ev.txn, ev.cls)
         elif isinstance(ev, TxnWriteDecided):
-            self.txns.on_write_decided(ev.write, ev.txn)
+            self.txns.on_write_decided(ev.write, ev.txn, ev.cls)
         elif isinstance(ev, TxnDecided):
             expect, found = self.txns.on_decided(ev)
             for wkey, off in expect:
@@ -363,7 +360,7 @@ class Checker:
         ck.fold = LedgerFold.from_doc(doc["fold"])
         ck.acked = AckedWritesFamily.from_doc(doc["acked"], settings.settle_offsets, t)
         ck.sequence = SequenceFamily.from_doc(doc["sequence"], ck.class_of)
-        ck.offsets = OffsetsFamily.from_doc(doc["offsets"], ck.change_promise)
+        ck.offsets = OffsetsFamily.from_doc(doc["offsets"], ck.class_of)
         ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets, t)
         ck.unconfirmed = UnconfirmedFamily.from_doc(doc["unconfirmed"], settings.settle_offsets)
         return ck

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from invariants.catalog import Invariant
 from invariants.ledger_format import TopicSettings, WriterSettings
 from invariants.model import Durability
 

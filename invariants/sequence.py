@@ -19,7 +19,9 @@ is counted only once that offset was read again and still holds what the verdict
 elsewhere by the new leader, is not a duplicate.
 
 **Classes.** ``guaranteed`` for an idempotent writer on a topic without unclean election, else
-``at_risk`` (:mod:`invariants.promises`).
+``at_risk`` (:mod:`invariants.promises`). Judged for writers the ledger announced (their ``start``
+or a ``checkpoint``): a verdict on records of a writer not announced yet waits for it, so it is
+classed by what the writer said it does.
 
 **Horizon.** Duplicates further apart than ``horizon_offsets`` are left to the audit (the
 reader's index no longer remembers the first offset).
@@ -47,11 +49,12 @@ class SequenceFamily:
     """Per view, the highest seq read of each writer incarnation (and where), the writes already
     counted as duplicates, and the verdicts waiting for a fresh read."""
 
-    def __init__(self, class_of: Callable[[Writer], WriteClass] = lambda _w: UNKNOWN_CLASS) -> None:
+    def __init__(self, class_of: Callable[[Writer], WriteClass | None] = lambda _w: UNKNOWN_CLASS) -> None:
         self.class_of = class_of
         self.max_seq: dict[ViewKey, dict[Writer, tuple[int, int]]] = {}  # writer -> (seq, offset)
         self.duplicates: dict[ViewKey, set[Ident]] = {}
         self.candidates = Pending()
+        self.parked: list[tuple[ViewKey, tuple]] = []  # confirmed, waiting for the writer's announcement
 
     def on_read(self, key: ViewKey, v: PartitionView, off: int, ident: Ident, prev: list[int] | None,
                 new_offset: bool, fresh_from: int) -> list[Violation]:
@@ -64,10 +67,11 @@ class SequenceFamily:
         tops = self.max_seq.setdefault(key, {})
         top = tops.get(writer)
         if is_reorder(seq, None if top is None else top[0], prev is None):
+            data = ("reorder", ident, off, top[1], top[0])
             if top[1] < fresh_from:
-                self.candidates.add(key, [(top[1], top[1] + 1)], v.epoch, ("reorder", ident, off, top[1], top[0]))
+                self.candidates.add(key, [(top[1], top[1] + 1)], v.epoch, data)
             else:
-                out.append(self._reorder(key, ident, off, top[0]))
+                out += self._count(key, v, data)
         if top is None or seq > top[0]:
             tops[writer] = (seq, off)
         return out
@@ -90,7 +94,7 @@ class SequenceFamily:
                 out += self._duplicate(key, v, ident, [o for o in offs if o != off and o < lo])
             w, seq = (ident[0], ident[1]), ident[2]
             if running.get(w, -1) > seq and offs == [off]:
-                out.append(self._reorder(key, ident, off, running[w]))
+                out += self._count(key, v, ("reorder", ident, off, -1, running[w]))
             running[w] = max(running.get(w, -1), seq)
             tops = self.max_seq.setdefault(key, {})
             if w not in tops or seq > tops[w][0]:
@@ -104,32 +108,44 @@ class SequenceFamily:
         if stale:  # the other copy was read in an earlier batch: it is counted once read again
             self.candidates.add(key, [(o, o + 1) for o in stale], v.epoch, ("duplicate", ident))
             return []
-        counted.add(ident)
-        cls = self.class_of((ident[0], ident[1]))
-        return [Violation(Invariant.DUPLICATE, key.iso, key.topic_id, key.partition, tuple(v.reads_of[ident]),
-                          (ident[0], ident[1]), ident[2], durability=cls.order.durability, reason=cls.order.reason,
-                          writer_name=cls.writer)]
+        return self._count(key, v, ("duplicate", ident))
 
-    def _reorder(self, key: ViewKey, ident: Ident, off: int, top: int) -> Violation:
+    def _count(self, key: ViewKey, v: PartitionView, data: tuple) -> list[Violation]:
+        """A confirmed verdict: counted, classed by its writer — or parked until the ledger announces it."""
+        ident = tuple(data[1])
         cls = self.class_of((ident[0], ident[1]))
-        return Violation(Invariant.REORDER, key.iso, key.topic_id, key.partition, (off,), (ident[0], ident[1]),
-                         ident[2], detail=f"seq {ident[2]} after seq {top}", durability=cls.order.durability,
-                         reason=cls.order.reason, writer_name=cls.writer)
+        if cls is None:
+            self.parked.append((key, data))
+            return []
+        if data[0] == "duplicate":
+            counted = self.duplicates.setdefault(key, set())
+            if ident in counted:
+                return []
+            counted.add(ident)
+            return [Violation(Invariant.DUPLICATE, key.iso, key.topic_id, key.partition, tuple(v.reads_of[ident]),
+                              (ident[0], ident[1]), ident[2], durability=cls.order.durability,
+                              reason=cls.order.reason, writer_name=cls.writer)]
+        off, top = data[2], data[4]
+        return [Violation(Invariant.REORDER, key.iso, key.topic_id, key.partition, (off,), (ident[0], ident[1]),
+                          ident[2], detail=f"seq {ident[2]} after seq {top}", durability=cls.order.durability,
+                          reason=cls.order.reason, writer_name=cls.writer)]
 
     def judge_ready(self, view: Callable[[ViewKey], PartitionView]) -> list[Violation]:
         """Verdicts whose earlier offsets were read again: counted if the fresh view still shows them."""
         out: list[Violation] = []
         for c in self.candidates.take_ready():
             v = view(c.key)
+            ident = tuple(c.data[1])
             if c.data[0] == "duplicate":
-                ident = tuple(c.data[1])
                 if len(v.reads_of.get(ident, ())) >= 2:
-                    out += self._duplicate(c.key, v, ident, [])
+                    out += self._count(c.key, v, c.data)
             else:
-                _, ident, off, top_off, top_seq = c.data
-                ident = tuple(ident)
+                _, _, off, top_off, top_seq = c.data
                 if v.at.get(off) == ident and v.at.get(top_off) == (ident[0], ident[1], top_seq):
-                    out.append(self._reorder(c.key, ident, off, top_seq))
+                    out += self._count(c.key, v, c.data)
+        parked, self.parked = self.parked, []
+        for key, data in parked:
+            out += self._count(key, view(key), data)
         return out
 
     def forget(self, key: ViewKey, v: PartitionView) -> None:
@@ -137,13 +153,14 @@ class SequenceFamily:
         if counted:
             self.duplicates[key] = {i for i in counted if i in v.reads_of}
         self.candidates.forget_below(key, v.forgotten_below)
+        self.parked = [(k, d) for k, d in self.parked if k != key or _remembered(v, d)]
 
     def to_doc(self) -> dict[str, Any]:
         return {"max_seq": [[key.to_doc(), [[wid, inc, s, o] for (wid, inc), (s, o) in tops.items()]]
                             for key, tops in self.max_seq.items()],
                 "duplicates": [[key.to_doc(), [list(i) for i in ids]] for key, ids in self.duplicates.items()],
-                "candidates": self.candidates.to_doc(lambda d: [d[0], *[list(x) if isinstance(x, tuple) else x
-                                                                         for x in d[1:]]])}
+                "candidates": self.candidates.to_doc(_data_doc),
+                "parked": [[k.to_doc(), _data_doc(d)] for k, d in self.parked]}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], class_of: Callable[[Writer], WriteClass]) -> "SequenceFamily":
@@ -153,4 +170,16 @@ class SequenceFamily:
         for key, ids in doc["duplicates"]:
             fam.duplicates[ViewKey.from_doc(key)] = {tuple(i) for i in ids}
         fam.candidates = Pending.from_doc(doc["candidates"], lambda d: tuple(d))
+        fam.parked = [(ViewKey.from_doc(k), tuple(d)) for k, d in doc["parked"]]
         return fam
+
+
+def _remembered(v: PartitionView, data: tuple) -> bool:
+    """Whether the view still remembers what a parked verdict rests on."""
+    if data[0] == "duplicate":
+        return tuple(data[1]) in v.reads_of
+    return data[2] >= v.forgotten_below
+
+
+def _data_doc(d: tuple) -> list:
+    return [d[0], *[list(x) if isinstance(x, tuple) else x for x in d[1:]]]

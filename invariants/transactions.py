@@ -67,6 +67,7 @@ class TxnTrack:
     partial_counted: bool = False
     cls: WriteClass = UNKNOWN_CLASS
     decided: set[WriteKey] = field(default_factory=set)  # writes with an outcome other than acked
+    classed: bool = False
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}
@@ -91,7 +92,7 @@ class TxnTrack:
                 "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
                                                                     for k, f in self.decided_at.items()],
                 "partial_counted": self.partial_counted, "cls": t.ref(self.cls),
-                "decided": [list(w) for w in self.decided]}
+                "decided": [list(w) for w in self.decided], "classed": self.classed}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
@@ -100,7 +101,7 @@ class TxnTrack:
                    {WriteKey(*w): o for *w, o in d["rc_reads"]}, {WriteKey(*w) for w in d["aborted_counted"]},
                    {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
-                   d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]})
+                   d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"])
 
 
 def partial_verdict(intended: int, visible: int, outcome: TxnOutcome) -> bool:
@@ -127,7 +128,7 @@ class TransactionsFamily:
 
     def on_intended(self, wkey: WriteKey, tkey: TxnKey, cls: WriteClass) -> None:
         t = self.track(tkey)
-        t.cls = cls
+        self._first_class(t, cls)
         if wkey not in t.writes:
             t.writes.add(wkey)
             if wkey not in t.acked and wkey not in t.decided:  # a checkpoint may name writes already decided
@@ -136,14 +137,15 @@ class TransactionsFamily:
     def on_acked(self, ev: TxnWriteAcked) -> bool:
         """A write of the transaction was acked; True when read_committed must expect it now."""
         t = self.track(ev.txn)
-        t.cls = ev.cls
+        self._first_class(t, ev.cls)
         t.write_decided(ev.write)
         t.acked[ev.write] = ev.offset
         self.judge_queue.add(ev.txn)
         return t.outcome is TxnOutcome.COMMITTED
 
-    def on_write_decided(self, wkey: WriteKey, tkey: TxnKey) -> None:
+    def on_write_decided(self, wkey: WriteKey, tkey: TxnKey, cls: WriteClass) -> None:
         t = self.track(tkey)
+        self._first_class(t, cls)
         t.write_decided(wkey)
         t.decided.add(wkey)
         self.judge_queue.add(tkey)
@@ -152,6 +154,7 @@ class TransactionsFamily:
         """The transaction's outcome: the writes read_committed must now expect, and the aborted
         reads that were waiting for it."""
         t = self.track(ev.txn)
+        self._first_class(t, ev.cls)
         if t.outcome is not TxnOutcome.PENDING:
             return [], []
         t.outcome = ev.outcome
@@ -163,6 +166,12 @@ class TransactionsFamily:
             return [], [v for wkey, off in sorted(t.rc_reads.items(), key=lambda kv: kv[1])
                         for v in self._aborted_read(t, wkey, off)]
         return [], []
+
+    @staticmethod
+    def _first_class(t: TxnTrack, cls: WriteClass) -> None:
+        """A transaction is classed as of the first ledger entry about it (its intent, usually)."""
+        if not t.classed:
+            t.cls, t.classed = cls, True
 
     # -- reads -----------------------------------------------------------------------------
 

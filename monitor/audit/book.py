@@ -64,6 +64,7 @@ class WriterLedger:
     watched: bool | None = None
     cls: WriteClass = UNKNOWN_CLASS
     joined_mid_stream: bool = False
+    announced: bool = False  # a start or checkpoint said what it does
 
 
 class LedgerBook:
@@ -113,6 +114,7 @@ class LedgerBook:
         if isinstance(body, (Start, Checkpoint)):
             w.topic_id = body.topic_id
             w.cls = classify(body.settings, body.topic_settings)
+            w.announced = True
             if body.topic_settings is not None:
                 self.topic_settings[body.topic_id] = body.topic_settings
         if isinstance(body, Start):
@@ -187,11 +189,12 @@ class LedgerBook:
 
     # -- queries ---------------------------------------------------------------------------
 
-    def writer_class(self, writer_id: int, inc: int) -> WriteClass:
+    def writer_class(self, writer_id: int, inc: int) -> WriteClass | None:
+        """The class the writer last announced (start or checkpoint); None if it never did."""
         for w in self.writers.values():
-            if (w.writer_id, w.incarnation) == (writer_id, inc) and w.watched:
+            if (w.writer_id, w.incarnation) == (writer_id, inc) and w.watched and w.announced:
                 return w.cls
-        return UNKNOWN_CLASS
+        return None
 
     def by_outcome(self) -> dict[WriteOutcome, int]:
         counts: dict[WriteOutcome, int] = {o: 0 for o in WriteOutcome}

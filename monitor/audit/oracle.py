@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import Intent, LedgerEntry, TxnEnd, TxnOutcome, WriteOutcome
 from invariants.model import Durability, TxnKey, WriteKey
-from invariants.promises import GUARANTEED, Promise, read_record
+from invariants.promises import GUARANTEED, UNKNOWN, Promise
 from monitor.audit.book import LedgerBook
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
@@ -112,8 +112,8 @@ def _duplicates_and_reorders(res: AuditResult, book: LedgerBook, at: dict, where
     for iso in (RC, RU):
         for (tid, p), w in where[iso].items():
             for ident, offs in w.items():
-                if len(offs) >= 2:
-                    cls = book.writer_class(ident[0], ident[1])
+                cls = book.writer_class(ident[0], ident[1])
+                if len(offs) >= 2 and cls is not None:  # judged for writers the ledger announced
                     res.add(Invariant.DUPLICATE, iso, promise=cls.order, topic_id=tid, partition=p, writer=ident[:2],
                             seq=ident[2], offsets=offs)
             highest: dict[tuple[int, int], int] = {}
@@ -123,9 +123,10 @@ def _duplicates_and_reorders(res: AuditResult, book: LedgerBook, at: dict, where
                 if ident[0] == "x":
                     continue
                 writer, seq = ident[:2], ident[2]
-                if ident not in seen and writer in highest and seq < highest[writer]:
-                    res.add(Invariant.REORDER, iso, promise=book.writer_class(*writer).order, topic_id=tid,
-                            partition=p, offset=off, writer=writer, seq=seq)
+                cls = book.writer_class(*writer)
+                if ident not in seen and writer in highest and seq < highest[writer] and cls is not None:
+                    res.add(Invariant.REORDER, iso, promise=cls.order, topic_id=tid, partition=p, offset=off,
+                            writer=writer, seq=seq)
                 seen.add(ident)
                 highest[writer] = max(seq, highest.get(writer, seq))
 
@@ -133,9 +134,13 @@ def _duplicates_and_reorders(res: AuditResult, book: LedgerBook, at: dict, where
 def _inconsistent(res: AuditResult, book: LedgerBook, at: dict) -> None:
     for part, rc_at in at[RC].items():
         ru_at = at[RU].get(part, {})
-        promise = read_record(book.topic_settings.get(part[0]))
         for off, ident in rc_at.items():
             if off in ru_at and ru_at[off] != ident:
+                canary = sorted(i for i in (ident, ru_at[off]) if i[0] != "x")
+                cls = book.writer_class(canary[0][0], canary[0][1]) if canary else None
+                if canary and cls is None:
+                    continue  # classed by its writer's announcement, which the ledger never made
+                promise = cls.read if cls is not None else UNKNOWN
                 for iso in (RC, RU):
                     res.add(Invariant.INCONSISTENT_OFFSET, iso, promise=promise, topic_id=part[0], partition=part[1],
                             offset=off)

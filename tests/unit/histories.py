@@ -20,7 +20,7 @@ from invariants.ledger_format import (
     Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome,
     WriteRange, WriterRef, WriterSettings, TopicSettings,
 )
-from invariants.model import Read, Settings
+from invariants.model import Durability, Read, Settings
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 TOPIC = "t-0001"
@@ -44,7 +44,16 @@ EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "partial_txn_unwritten": {(I.PARTIAL_TXN, RC): 1},
     "partial_txn_torn": {(I.PARTIAL_TXN, RC): 1, (I.LOST_WRITE, RC): 1},
     "outcome_gap": {(I.OUTCOME_GAP, NONE): 2},
+    "txn_across_partitions": {},
+    "partial_txn_across_partitions": {(I.PARTIAL_TXN, RC): 1, (I.LOST_WRITE, RC): 1},
+    "interleaved_writers": {},
+    "retry_duplicate_acked_second": {(I.DUPLICATE, RC): 1, (I.DUPLICATE, RU): 1},
+    "acks0_writes": {},
 }
+# The durability class of what each incident shows, when it is not ``guaranteed``: a
+# non-idempotent writer's duplicate is allowed by its settings; two foreign records at one offset
+# have no writer whose topic settings could class them.
+CLASS_OF_INCIDENT = {"retry_duplicate_acked_second": Durability.AT_RISK, "inconsistent_offset": Durability.UNKNOWN}
 KINDS = tuple(EFFECTS)  # each incident is named after what it shows
 
 
@@ -60,13 +69,15 @@ class Slot:
 class _Writer:
     ids = itertools.count(1)
 
-    def __init__(self, history: "History", predecessor: "_Writer | None" = None) -> None:
+    def __init__(self, history: "History", predecessor: "_Writer | None" = None,
+                 settings: WriterSettings | None = None) -> None:
         self.h = history
         self.wid = predecessor.wid if predecessor else next(self.ids) * 7919
         self.inc = predecessor.inc + 1 if predecessor else 1
         self.n = 0
         self.seq: Counter[int] = Counter()
-        self.entry(Start(TOPIC, TOPIC, self.h.partitions, WriterSettings(f"w{self.wid}"), DURABLE))
+        self.settings = settings or WriterSettings(f"w{self.wid}")
+        self.entry(Start(TOPIC, TOPIC, self.h.partitions, self.settings, DURABLE))
 
     def entry(self, body: Body, skip: int = 0) -> None:
         self.n += skip
@@ -110,6 +121,7 @@ class History:
     logs: dict[int, list[Slot]] = field(default_factory=dict)
     ledger: list[LedgerEntry] = field(default_factory=list)
     expected: Counter = field(default_factory=Counter)
+    unconfirmed_missing: int = 0  # acks=0 writes that never landed, per reader
     foreign = itertools.count(1)
 
     def __post_init__(self) -> None:
@@ -142,6 +154,54 @@ class History:
 
     def _clean(self, w: _Writer, p: int) -> None:
         self.honest(w, p, 3)
+
+    def _txn_across_partitions(self, w: _Writer, p: int, rc_sees_second: bool = True) -> None:
+        """A committed transaction with one write on this partition and one on the next."""
+        q = (p + 1) % self.partitions
+        (s0,), (s1,) = w.seqs(p, 1), w.seqs(q, 1)
+        info = TxnInfo(1, 2, False)
+        w.entry(Intent(TOPIC, (WriteRange(p, s0, 1), WriteRange(q, s1, 1)), info))
+        o0 = self.append(p, Slot(w.ident(s0), txn_id=1))
+        self.honest(self.background, q, 1)
+        o1 = self.append(q, Slot(w.ident(s1), txn_id=1, rc=rc_sees_second))
+        w.outcomes(p, [(s0, "acked", o0)])
+        w.outcomes(q, [(s1, "acked", o1)])
+        w.entry(TxnEnd(1, TxnOutcome.COMMITTED))
+
+    def _partial_txn_across_partitions(self, w: _Writer, p: int) -> None:
+        """As above, but read_committed never sees the second write (it is in the log, acked)."""
+        self._txn_across_partitions(w, p, rc_sees_second=False)
+
+    def _interleaved_writers(self, w: _Writer, p: int) -> None:
+        """Two writers' records alternating on one partition, each in its own seq order."""
+        v = _Writer(self)
+        for _ in range(3):
+            self.honest(w, p, 1)
+            self.honest(v, p, 1)
+        v.entry(Stop())
+
+    def _retry_duplicate_acked_second(self, w: _Writer, p: int) -> None:
+        """A non-idempotent writer's retry: the record landed twice, the ack names the second copy."""
+        w = _Writer(self, settings=WriterSettings(f"w{w.wid}-acks1", acks="1", idempotence=False))
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        self.append(p, Slot(w.ident(s)))
+        self.honest(self.background, p, 1)
+        second = self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", second)])
+        w.entry(Stop())
+
+    def _acks0_writes(self, w: _Writer, p: int) -> None:
+        """An acks=0 writer: nothing it writes is ever expected, whether it landed or not."""
+        w = _Writer(self, settings=WriterSettings(f"w{w.wid}-acks0", acks="0", idempotence=False))
+        seqs = w.seqs(p, 2 + self.settle)
+        w.intent(p, seqs)
+        for s in seqs:
+            if s != seqs[1]:  # seqs[1] never landed: missing once seq 1 + H was read
+                self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "unconfirmed", -1) for s in seqs])
+        w.entry(Stop())
+        self.unconfirmed_missing += 1
 
     def _lost_write(self, w: _Writer, p: int) -> None:
         (_s, cover), = self.honest(w, p)

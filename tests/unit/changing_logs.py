@@ -1,0 +1,217 @@
+"""A simulated cluster whose logs change under the readers, for the checker's property tests.
+
+:class:`Sim` keeps one log per partition, a ledger, and two readers (read_committed and
+read_uncommitted) that read micro-batches from the log *as it is when they read* — so a log that
+is truncated and rewritten after they read it shows them new records at old offsets, as a
+truncated leader does. It plays every part the runtime plays around the checker: Spark's reads
+(resuming lower when the log end falls below a reader's position, if asked to), the ledger's
+delivery, the prober (log start, a log end that went backwards), the re-fetches the checker asks
+for, and monitor restarts. Steps interleave at random.
+
+It also keeps the truth the tests hold the checker against, independently of it: what each reader
+read at each offset over time (the recorder), and which records it knew to be acknowledged where.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from invariants.catalog import Invariant, Isolation
+from invariants.checker import Checker
+from invariants.ledger_format import (
+    Body, Checkpoint, Intent, LedgerEntry, OutcomeRun, Outcomes, PendingWrites, Start, Stop, TopicSettings,
+    WriteOutcome, WriteRange, WriterRef, WriterSettings,
+)
+from invariants.model import Read, Settings
+
+RC, RU = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED
+READERS = (RC, RU)
+TOPIC = "t-0001"
+DURABLE = TopicSettings(3, 2, False)
+UNCLEAN = TopicSettings(3, 1, True)
+
+
+@dataclass
+class Slot:
+    ident: tuple  # (writer_id, inc, seq)
+
+
+class SimWriter:
+    ids = itertools.count(1)
+
+    def __init__(self, sim: "Sim", topic_settings: TopicSettings = DURABLE) -> None:
+        self.sim = sim
+        self.wid = next(self.ids) * 104_729
+        self.n = 0
+        self.seq: Counter[int] = Counter()
+        self.topic_settings = topic_settings
+        self.settings = WriterSettings(f"w{self.wid}")
+        self.entry(Start(TOPIC, TOPIC, sim.partitions, self.settings, topic_settings))
+
+    def entry(self, body: Body) -> None:
+        self.sim.ledger.append(LedgerEntry(WriterRef(f"w{self.wid}", self.wid, 1), self.n, 1000 + self.n, body))
+        self.n += 1
+
+    def write(self, p: int, k: int) -> list[tuple[tuple, int]]:
+        """k records appended to partition p, acked where they landed: [(ident, offset)]."""
+        first = self.seq[p]
+        self.seq[p] += k
+        self.entry(Intent(TOPIC, (WriteRange(p, first, k),)))
+        log = self.sim.logs[p]
+        offs = []
+        for s in range(first, first + k):
+            offs.append(len(log))
+            log.append(Slot((self.wid, 1, s)))
+        self.entry(Outcomes(TOPIC, (OutcomeRun(p, first, k, WriteOutcome.ACKED, offs[0], 1, 2),)))
+        return [((self.wid, 1, first + i), o) for i, o in enumerate(offs)]
+
+    def checkpoint(self) -> None:
+        self.entry(Checkpoint(TOPIC, TOPIC, self.sim.partitions, self.settings, self.topic_settings))
+
+    def stop(self) -> None:
+        self.entry(Stop())
+
+
+@dataclass
+class Sim:
+    partitions: int
+    rng: random.Random
+    settings: Settings = field(default_factory=lambda: Settings(settle_offsets=4, horizon_offsets=1_000_000))
+    resume_lower: bool = False
+    restart_p: float = 0.1
+    logs: dict[int, list[Slot | None]] = field(default_factory=dict)
+    log_start: dict[int, int] = field(default_factory=dict)
+    ledger: list[LedgerEntry] = field(default_factory=list)
+    delivered: int = 0
+    pos: dict[tuple, int] = field(default_factory=dict)
+    seen_end: dict[int, int] = field(default_factory=dict)
+    observed: dict[tuple, set] = field(default_factory=dict)  # (iso, p, offset) -> records read there
+    checker: Checker = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.logs = {p: [] for p in range(self.partitions)}
+        self.log_start = {p: 0 for p in range(self.partitions)}
+        self.pos = {(iso, p): 0 for iso in READERS for p in range(self.partitions)}
+        self.seen_end = {p: 0 for p in range(self.partitions)}
+        self.checker = Checker(self.settings, [TOPIC])
+
+    # -- what the runtime does around the checker ----------------------------------------
+
+    def read(self, iso: Isolation, p: int, k: int) -> None:
+        """One Spark micro-batch of one reader and partition."""
+        log, at = self.logs[p], max(self.pos[(iso, p)], self.log_start[p])
+        if at > len(log):
+            if not self.resume_lower:
+                return  # Spark waits for the log to grow past its position
+            at = len(log)  # the end fell below its position at planning: the next batch starts lower
+        end = min(at + k, len(log))
+        reads = [Read(o, log[o].ident) for o in range(at, end) if log[o] is not None]
+        self.pos[(iso, p)] = end
+        if reads:
+            self._observe(iso, p, reads)
+            self.checker.apply_reads(iso, TOPIC, p, reads)
+
+    def deliver(self, k: int) -> None:
+        chunk = self.ledger[self.delivered:self.delivered + k]
+        self.delivered += len(chunk)
+        self.checker.apply_ledger(chunk)
+
+    def probe(self) -> None:
+        """The prober: log starts, and log ends seen going backwards."""
+        for p in range(self.partitions):
+            end = len(self.logs[p])
+            if end < self.seen_end[p]:
+                self.checker.suspect(TOPIC, p, end, self.seen_end[p])
+            self.seen_end[p] = end
+            if self.log_start[p]:
+                self.checker.set_log_start(TOPIC, p, self.log_start[p])
+
+    def refetch(self) -> None:
+        for w in self.checker.refetch_wanted():
+            log = self.logs[w.partition]
+            hi = min(w.hi, len(log))
+            lo = max(w.lo, self.log_start[w.partition])
+            if lo >= hi:
+                continue
+            for iso in READERS:
+                reads = [Read(o, log[o].ident) for o in range(lo, hi) if log[o] is not None]
+                self._observe(iso, w.partition, reads)
+                self.checker.apply_reads(iso, TOPIC, w.partition, reads, covered=(lo, hi))
+
+    def restart(self) -> None:
+        self.checker = Checker.from_doc(json.loads(json.dumps(self.checker.to_doc())), self.settings)
+
+    def _observe(self, iso: Isolation, p: int, reads: list[Read]) -> None:
+        for r in reads:
+            self.observed.setdefault((iso, p, r.offset), set()).add(r.ident)
+
+    def step(self) -> None:
+        """One random step of the runtime."""
+        roll = self.rng.random()
+        if roll < 0.45:
+            self.read(self.rng.choice(READERS), self.rng.randrange(self.partitions), self.rng.randint(1, 8))
+        elif roll < 0.75:
+            self.deliver(self.rng.randint(1, 4))
+        elif roll < 0.85:
+            self.probe()
+        else:
+            self.refetch()
+        self.checker.settle()
+        if self.rng.random() < self.restart_p:
+            self.restart()
+
+    def drive(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def catch_up(self) -> None:
+        """Every reader reads to the end of every partition (as the run's end does)."""
+        for p in range(self.partitions):
+            for iso in READERS:
+                while self.pos[(iso, p)] < len(self.logs[p]) or (self.resume_lower and
+                                                                  self.pos[(iso, p)] > len(self.logs[p])):
+                    self.read(iso, p, 8)
+                    self.checker.settle()
+
+    def finish(self) -> None:
+        """Everything delivered, read, probed and re-fetched until the checker asks for nothing."""
+        self.deliver(len(self.ledger))
+        self.catch_up()
+        self.probe()
+        for _ in range(10):
+            self.checker.settle()
+            if not self.checker.refetch_wanted():
+                break
+            self.refetch()
+        self.checker.settle()
+
+    # -- the truth -------------------------------------------------------------------------
+
+    def final_reads(self, iso: Isolation) -> dict[tuple[str, int], list[tuple[int, Any, int]]]:
+        """What a reader of the final log returns (the audit's input)."""
+        return {(TOPIC, p): [(o, s.ident, 0) for o, s in enumerate(log) if s is not None and o >= self.log_start[p]]
+                for p, log in self.logs.items()}
+
+    def inconsistent_truth(self) -> Counter:
+        """Per reader, offsets read holding two different records: every record any reader read at an
+        offset over the run (the recorder), plus what the final log holds there, which a correct
+        checker must have read by the end; each reader that read a record there counts it."""
+        out: Counter = Counter()
+        for p, log in self.logs.items():
+            offsets = {o for (_i, q, o) in self.observed if q == p}
+            for o in offsets:
+                final = log[o].ident if o < len(log) and log[o] is not None else None
+                records = set().union(*(self.observed.get((iso, p, o), set()) for iso in READERS))
+                if final is not None:
+                    records.add(final)
+                if len(records) < 2:
+                    continue
+                for iso in READERS:
+                    if self.observed.get((iso, p, o)) or (final is not None and o < len(log)):
+                        out[(Invariant.INCONSISTENT_OFFSET, iso)] += 1
+        return out

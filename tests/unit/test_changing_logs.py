@@ -1,0 +1,174 @@
+"""The checker on logs that change under it: truncations and rewrites (with and without Spark
+resuming lower), readers starting mid-log, a log start that moves, a ledger read from the middle.
+
+The truth is the simulation's own: which acknowledged writes a truncation removed, and what each
+reader read at each offset over the run (:mod:`tests.unit.changing_logs`). The audit, which sees
+only the final log, must agree on everything but the offsets rewritten after they were read.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given, settings, strategies as st
+
+from invariants.catalog import Invariant
+from invariants.model import Durability
+from monitor.audit.oracle import HISTORY_INVARIANTS, audit
+from tests.unit.changing_logs import DURABLE, RC, READERS, RU, TOPIC, UNCLEAN, Sim, SimWriter
+
+H = 4
+
+
+def live_counts(sim: Sim) -> dict:
+    out: Counter = Counter()
+    for (inv, iso, _d), n in sim.checker.counts.items():
+        if n and inv in HISTORY_INVARIANTS:
+            out[(inv, iso)] += n
+    return dict(out)
+
+
+def live_classes(sim: Sim) -> set:
+    return {d for (_i, _s, d), n in sim.checker.counts.items() if n}
+
+
+def final_audit(sim: Sim, ledger_from: int = 0):
+    return audit(sim.ledger[ledger_from:], {iso: sim.final_reads(iso) for iso in READERS}, H,
+                 {(TOPIC, p): s for p, s in sim.log_start.items()}, watched=[TOPIC])
+
+
+@given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans(), unclean=st.booleans(), cut=st.integers(0, 7),
+       extra=st.integers(0, 6))
+@settings(max_examples=60, deadline=None)
+def test_a_log_truncated_after_it_was_read_and_rewritten(seed, resume_lower, unclean, cut, extra):
+    """Readers read a partition; it is truncated at t and new records land at the reused offsets.
+    Every acknowledged write the truncation removed is lost (live and audit), every rewritten offset
+    a reader read is inconsistent for it (live; the audit cannot see it), in the topic's class."""
+    rng = random.Random(seed)
+    sim = Sim(2, rng, resume_lower=resume_lower)
+    topic = UNCLEAN if unclean else DURABLE
+    background = SimWriter(sim, topic)
+    for p in range(2):
+        background.write(p, 3)
+    sim.drive(20)
+    victim = SimWriter(sim, topic)
+    first = victim.write(0, 8)[0][1]
+    background.write(0, H + extra)
+    sim.deliver(len(sim.ledger))
+    sim.catch_up()  # both readers read past everything: the truncated records were read
+    sim.drive(10)
+    old_end = len(sim.logs[0])
+    t = first + cut
+    removed = sum(1 for s in sim.logs[0][t:] if s is not None)  # all acked
+    sim.logs[0] = sim.logs[0][:t]
+    sim.drive(rng.randint(0, 15))
+    rewriter = SimWriter(sim, topic)
+    while len(sim.logs[0]) < old_end + H + 2:
+        rewriter.write(0, rng.randint(1, 5))
+        background.write(1, 1)
+        sim.drive(rng.randint(0, 8))
+    sim.finish()
+
+    want = {(Invariant.LOST_WRITE, RC): removed, (Invariant.LOST_WRITE, RU): removed}
+    inconsistent = sim.inconsistent_truth()
+    assert inconsistent == {(Invariant.INCONSISTENT_OFFSET, iso): old_end - t for iso in READERS}
+    assert live_counts(sim) == {**want, **inconsistent}
+    assert live_classes(sim) == {Durability.AT_RISK if unclean else Durability.GUARANTEED}
+    oracle = final_audit(sim)
+    assert oracle.nonzero() == want  # the final log shows the losses, not the offsets read twice
+
+
+@given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_a_log_truncated_before_the_readers_got_there(seed, resume_lower):
+    """acks=1 failover: acknowledged records the old leader held, cut before anyone read them."""
+    rng = random.Random(seed)
+    sim = Sim(1, rng, resume_lower=resume_lower)
+    w = SimWriter(sim, UNCLEAN)
+    w.write(0, 5)
+    sim.deliver(len(sim.ledger))
+    sim.catch_up()
+    t = len(sim.logs[0])
+    SimWriter(sim, UNCLEAN).write(0, 6)  # acked, never read
+    sim.deliver(len(sim.ledger))
+    sim.logs[0] = sim.logs[0][:t]
+    rewriter = SimWriter(sim, UNCLEAN)
+    while len(sim.logs[0]) < t + 6 + H + 2:
+        rewriter.write(0, rng.randint(1, 4))
+        sim.drive(rng.randint(0, 6))
+    sim.finish()
+    want = {(Invariant.LOST_WRITE, RC): 6, (Invariant.LOST_WRITE, RU): 6}
+    assert live_counts(sim) == want == final_audit(sim).nonzero()
+    assert sim.inconsistent_truth() == {}
+
+
+@given(seed=st.integers(0, 2**32 - 1), start=st.integers(1, 20))
+@settings(max_examples=30, deadline=None)
+def test_readers_that_start_mid_log_judge_only_what_they_read(seed, start):
+    rng = random.Random(seed)
+    sim = Sim(2, rng)
+    w = SimWriter(sim)
+    for p in range(2):
+        w.write(p, 25)
+    for key in sim.pos:
+        sim.pos[key] = start
+    sim.drive(40)
+    for p in range(2):
+        w.write(p, 5)
+    sim.finish()
+    oracle = final_audit(sim)
+    expired = 2 * 2 * start  # both partitions, both readers
+    assert live_counts(sim) == {} == oracle.nonzero()
+    assert sim.checker.expired_unread == expired
+    assert oracle.expired_unread == 0  # the audit reads from offset 0: nothing is below its start
+    assert sim.checker.acked.undecided() == oracle.undecided == 0
+
+
+@given(seed=st.integers(0, 2**32 - 1), moved=st.integers(1, 30))
+@settings(max_examples=30, deadline=None)
+def test_a_log_start_that_moves_past_unread_writes_expires_them(seed, moved):
+    """Retention deletes the head of a partition before the readers read it."""
+    rng = random.Random(seed)
+    sim = Sim(1, rng)
+    w = SimWriter(sim)
+    w.write(0, 30)
+    sim.deliver(len(sim.ledger))
+    for o in range(moved):
+        sim.logs[0][o] = None
+    sim.log_start[0] = moved
+    sim.probe()
+    sim.drive(20)
+    w.write(0, 8)
+    sim.finish()
+    oracle = final_audit(sim)
+    assert live_counts(sim) == {} == oracle.nonzero()
+    assert sim.checker.expired_unread == oracle.expired_unread == 2 * moved
+    assert sim.checker.acked.undecided() == oracle.undecided == 0
+
+
+@given(seed=st.integers(0, 2**32 - 1), joined=st.integers(1, 30))
+@settings(max_examples=30, deadline=None)
+def test_a_ledger_read_from_the_middle_has_no_gaps_and_judges_what_it_can(seed, joined):
+    """The checker (and the audit) see the ledger only from entry ``joined`` on (retention, or a
+    checker started with `latest`): no outcome_gap, nothing expected that was never announced."""
+    rng = random.Random(seed)
+    sim = Sim(2, rng)
+    writers = [SimWriter(sim) for _ in range(2)]
+    for _ in range(12):
+        w = rng.choice(writers)
+        w.write(rng.randrange(2), rng.randint(1, 4))
+        if rng.random() < 0.3:
+            w.checkpoint()
+    sim.delivered = min(joined, len(sim.ledger))  # what the checker never got
+    skipped = sim.delivered
+    sim.drive(30)
+    for w in writers:
+        w.checkpoint()
+        w.write(0, 3)
+        w.stop()
+    sim.finish()
+    oracle = final_audit(sim, ledger_from=skipped)
+    assert live_counts(sim) == {} == oracle.nonzero()
+    assert (sim.checker.expired_unread, sim.checker.acked.undecided()) == (oracle.expired_unread, oracle.undecided)
+    assert sim.checker.records_checked == oracle.records_checked
