@@ -69,8 +69,12 @@ class _Drill:
         self.producer = self.new_producer(idempotent=kind != "duplicate")
         self.report = DrillReport(kind, self.topic.name, self.topic.topic_id, partition, identity.instance_id,
                                   identity.writer_id, identity.incarnation, 0)
-        self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions,
-                                 WriterSettings(name=kind, role="drill")), sync=True)
+        # A drill plays a broker that breaks a promise: it announces the strongest settings, so what it
+        # injects is classed (and pages) as a broken promise on a durable topic.
+        settings = WriterSettings(name=kind, role="drill", acks="all", idempotence=True,
+                                  transactional=kind in ("aborted_read", "partial_txn", "lso_stuck"))
+        self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions, settings,
+                                 clients.topic_settings(clients.admin(config), self.topic)), sync=True)
 
     def new_producer(self, idempotent: bool = True, transactional_id: str | None = None,
                      txn_timeout_ms: int = 60000) -> Producer:

@@ -31,8 +31,10 @@ class ProducerMetrics:
     errors: Counter
     last_ack: Gauge
     incarnation: Gauge
+    info: Gauge
 
-    def init_writer(self, writer: str, transactional: bool) -> None:
+    def init_writer(self, writer: str, transactional: bool, acks: str = "all", idempotence: bool = True) -> None:
+        self.info.labels(writer, acks, str(idempotence).lower(), str(transactional).lower()).set(1)
         for outcome in WRITE_OUTCOMES:
             self.writes.labels(writer, outcome)
         for kind in PRODUCER_ERROR_KINDS:
@@ -65,6 +67,10 @@ def producer_metrics(registry: CollectorRegistry) -> ProducerMetrics:
         incarnation=Gauge(
             "vigil_producer_incarnation", "Current incarnation number of the writer instance.", ["writer"],
             registry=registry),
+        info=Gauge(
+            "vigil_producer_info", "1 per canary writer of this process, with what it does (acks=0 writers are "
+            "never acknowledged: the stalled-producer alert leaves them out).",
+            ["writer", "acks", "idempotence", "transactional"], registry=registry),
     )
 
 
@@ -134,8 +140,10 @@ class WatchCollector:
         lost = CounterMetricFamily("vigil_lost_writes", "lost_write violations per canary writer (its configured "
                                    "name), isolation and durability class: what each writer's settings cost.",
                                    labels=["writer", "isolation", "durability"])
-        for (writer, iso, d), n in sorted(s.lost_by_writer.items(), key=lambda kv: (kv[0][0], kv[0][1].value,
-                                                                                    kv[0][2].value)):
+        lost_by_writer = {(name, iso, d): 0 for name, *_rest in s.writers for iso in READERS for d in DURABILITIES}
+        lost_by_writer.update(s.lost_by_writer)  # every announced writer's series from the start, at 0
+        for (writer, iso, d), n in sorted(lost_by_writer.items(), key=lambda kv: (kv[0][0], kv[0][1].value,
+                                                                                  kv[0][2].value)):
             lost.add_metric([writer, iso.value, d.value], n)
         yield lost
         info = GaugeMetricFamily("vigil_writer_info", "1 per canary writer the ledger announced, with what it does.",

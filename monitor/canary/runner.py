@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -72,12 +73,14 @@ class WriterThread(threading.Thread):
         self.duration = duration
         self.max_records = max_records
         self.error: BaseException | None = None
+        self.trace = ""
 
     def run(self) -> None:
         try:
             self.writer.run(self.stop_event, self.duration, self.max_records)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             self.error = exc
+            self.trace = traceback.format_exc()
         finally:
             self.writer.identity.release()
             if self.writer.observer is not None:

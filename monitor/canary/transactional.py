@@ -78,7 +78,7 @@ class TransactionalWriter(CanaryWriter):
         self.open_txn = OpenTxn(self.txn_seq, size, abort, self.intent_ranges(writes))
         self.intend(writes, TxnInfo(self.txn_seq, size, abort), stop)
         outcome, error = self._run_transaction(writes, self.txn_seq, abort)
-        self.producer.poll(0)
+        self._serve(0)
         self.flush_outcomes(force=True)
         self.ledger.append(TxnEnd(self.txn_seq, outcome, error))
         self.open_txn = None

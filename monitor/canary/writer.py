@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from invariants.ledger_format import (
     Checkpoint, Intent, OpenTxn, OutcomeRun, Outcomes, PendingWrites, Start, Stop, TopicSettings, TxnInfo, WriteOutcome,
@@ -70,7 +70,7 @@ class CanaryWriter:
         self._fatal: KafkaError | None = None
         self.producer = self._factory(self._on_error)
         if metrics is not None:
-            metrics.init_writer(cfg.name, cfg.transactional)
+            metrics.init_writer(cfg.name, cfg.transactional, cfg.acks, cfg.idempotence)
             metrics.incarnation.labels(cfg.name).set(identity.incarnation)
 
     # -- callbacks (run inside producer.poll/flush on the writer thread) -------------------
@@ -95,7 +95,10 @@ class CanaryWriter:
     def _record(self, partition: int, seq: int, outcome: WriteOutcome, offset: int, send_ts: int,
                 error: str | None) -> None:
         done = now_us()
-        txn_id = self._pending.pop((partition, seq), (0, 0))[0]
+        pending = self._pending.pop((partition, seq), None)
+        if pending is None:
+            return  # already decided (a report of a producer given up as dead, arriving late)
+        txn_id = pending[0]
         self._results.append(Delivery(partition, seq, outcome, offset, send_ts, done, error, txn_id))
         self.counts[outcome] += 1
         if self.metrics is not None:
@@ -150,13 +153,20 @@ class CanaryWriter:
         value = record_format.encode(rec, self.cfg.record_size)
         key = record_format.record_key(self.identity.writer_id, partition)
         while True:
+            if self._fatal is not None:  # a dead producer sends nothing: never written
+                self._record(partition, seq, WriteOutcome.FAILED, -1, rec.produce_ts_us,
+                             f"not sent: producer failed ({self._fatal.name()})")
+                return
             try:
                 self.producer.produce(self.topic.name, value=value, key=key, partition=partition,
                                       on_delivery=self._on_delivery)
                 return
             except BufferError:
                 self._count_error("queue_full")
-                self.producer.poll(0.05)
+                self._serve(0.05)
+            except KafkaException as exc:  # e.g. _FATAL: the record never entered the client
+                self._fatal = self._fatal or _kafka_error(exc)
+                self._count_error("fatal")
 
     def flush_outcomes(self, force: bool = False) -> list[OutcomeRun]:
         now = time.monotonic()
@@ -168,16 +178,33 @@ class CanaryWriter:
         self.ledger.append(Outcomes(self.topic.topic_id, tuple(runs)))
         return runs
 
-    def _renew_producer(self) -> None:
-        """Replace the Kafka producer (after a fatal error); the writer identity stays."""
-        old = self.producer
-        # Queued-but-unsent records come back as _PURGE_QUEUE (failed); in-flight ones as
-        # indeterminate — the classification table decides, not this code.
+    def _serve(self, timeout: float, flush: bool = False) -> int:
+        """Serve delivery reports (poll, or flush). A producer in a fatal state raises from these
+        calls, and confluent-kafka may even leave the fatal error pending while it runs the
+        delivery callbacks (each then fails with a SystemError): the producer is dead from then on,
+        and is renewed by the writer's loop."""
         try:
-            old.purge(in_queue=True, in_flight=False)  # type: ignore[attr-defined]
+            return self.producer.flush(timeout) if flush else self.producer.poll(timeout)
+        except (KafkaException, SystemError) as exc:
+            if self._fatal is None:
+                self._fatal = _kafka_error(exc)
+                self._count_error("fatal")
+            return 0
+
+    def _renew_producer(self) -> None:
+        """Replace the Kafka producer (after a fatal error); the writer identity stays.
+
+        The old producer is never flushed (see :meth:`_serve`): what it still had queued or in
+        flight may or may not have reached the log, so those writes are ``indeterminate`` now —
+        never more is claimed — and any report it still delivers later is ignored."""
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=True, blocking=False)  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - a broken producer may refuse to purge
             pass
-        old.flush(5.0)
+        error = self._fatal.name() if self._fatal is not None else "producer renewed"
+        for (p, seq), (_txn, ts) in list(self._pending.items()):
+            self._record(p, seq, WriteOutcome.INDETERMINATE, -1, ts, f"{error}: producer renewed with it in flight")
         self._fatal = None
         self.producer = self._factory(self._on_error)
 
@@ -227,7 +254,7 @@ class CanaryWriter:
         self.intend(writes, None, stop)
         for p, seq in writes:
             self.send(p, seq)
-        self.producer.poll(0)
+        self._serve(0)
 
     def records_per_step(self) -> int:
         return 1
@@ -262,7 +289,7 @@ class CanaryWriter:
                         raise
                 else:
                     wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0
-                    self.producer.poll(min(max(wait, 0.0), 0.05))
+                    self._serve(min(max(wait, 0.0), 0.05))
                 self.flush_outcomes()
                 if time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
                     self.checkpoint()
@@ -274,11 +301,14 @@ class CanaryWriter:
         plus ``grace_s`` (librdkafka reports each record within message.timeout.ms)."""
         deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + grace_s
         while len(self.producer) > 0 and time.monotonic() < deadline:
-            self.producer.flush(1.0)
+            self._serve(1.0, flush=True)
+            if self._fatal is not None:
+                self._renew_producer()  # what it had in flight is indeterminate now
+                return
 
     def finish(self) -> None:
         self.drain(10)
-        self.producer.poll(0)
+        self._serve(0)
         self.flush_outcomes(force=True)
         self.finish_transactions()
         if self.in_flight == 0:
@@ -287,3 +317,11 @@ class CanaryWriter:
 
     def finish_transactions(self) -> None:
         """Hook for the transactional writer."""
+
+
+def _kafka_error(exc: BaseException) -> KafkaError:
+    """The KafkaError behind an exception raised by a producer call (a SystemError wraps it)."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+            return e.args[0]
+    return KafkaError(KafkaError._FATAL, str(exc), fatal=True)

@@ -96,7 +96,8 @@ def run(
                                 "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
                                 "batches": snap.batches, "restarts": snap.restarts}})
     for t in failures:
-        err_console.print(f"[red]writer {t.writer.cfg.name} failed:[/] {t.error}")
+        err_console.print(f"[red]writer {t.writer.cfg.name} failed:[/] {t.error}", markup=True)
+        err_console.print(t.trace, markup=False, highlight=False)
     if failures:
         raise typer.Exit(1)
     err_console.print("stopped; the local cluster keeps running (`vigil cluster down` stops it)")

@@ -143,6 +143,9 @@ class ClusterLayout:
             "replica.lag.time.max.ms": str(c.replica_lag_time_max_ms),
             # Vigil creates its topics itself with explicit settings, never implicitly.
             "auto.create.topics.enable": "false",
+            # How often the KRaft controller elects an unclean leader for a leaderless partition of a
+            # topic that allows it (default 5 minutes): a chaos day cannot wait that long.
+            "unclean.leader.election.interval.ms": "1000",
             "group.initial.rebalance.delay.ms": "0",
         }
         props.update({k: _prop_value(v) for k, v in c.broker_overrides.items()})

@@ -129,6 +129,24 @@ def test_dashboard_uses_a_datasource_variable_and_only_exported_metrics(tmp_path
     assert dash["annotations"]["list"], "fault windows as annotations"
 
 
+def test_alert_rules_and_their_tests_are_rendered_from_the_catalog():
+    spec = importlib.util.spec_from_file_location("render_alerts", ROOT / "scripts" / "render_alerts.py")
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    for path, fn in render.RENDERED.items():
+        assert path.read_text() == fn(), f"run python scripts/render_alerts.py ({path.name})"
+
+
+def test_safety_alerts_page_only_on_broken_promises():
+    for rule in rules():
+        inv = rule["labels"].get("invariant")
+        if inv in {"lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",
+                   "aborted_read", "partial_txn", "outcome_gap"}:
+            assert 'durability="guaranteed"' in rule["expr"] and rule["labels"]["severity"] == "critical", rule["alert"]
+    warnings = {r["alert"]: r for r in rules() if r["labels"]["severity"] == "warning"}
+    assert {"VigilLossAllowedByConfiguration", "VigilAtRiskViolation", "VigilUnclassifiedViolation"} <= set(warnings)
+
+
 def test_generated_deploy_files_are_in_sync():
     spec = importlib.util.spec_from_file_location("render", ROOT / "scripts" / "render_deploy.py")
     render = importlib.util.module_from_spec(spec)

@@ -159,3 +159,75 @@ def test_commit_that_never_returns_is_indeterminate_and_producer_renewed():
     assert book.txns[(5, 1, 1)].outcome is TxnOutcome.INDETERMINATE
     assert book.txns[(5, 1, 2)].outcome is TxnOutcome.COMMITTED
     assert len(prods) == 2
+
+
+class DyingProducer(FakeProducer):
+    """A producer whose fatal error surfaces as confluent-kafka surfaces it: poll/flush raise (a
+    SystemError from the callbacks run with the fatal error pending) and nothing more is delivered."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.dead = False
+
+    def _deliver(self):
+        if self.dead:
+            raise SystemError("<class 'monitor.record_format.CanaryRecord'> returned a result with an exception set")
+        return super()._deliver()
+
+    def purge(self, **_kw):
+        self.queue.clear()
+
+
+def test_a_producer_that_dies_fatally_is_renewed_and_its_writes_in_flight_are_indeterminate():
+    log = {}
+    producers = []
+
+    def factory(_cb):
+        producers.append(DyingProducer(log))
+        return producers[-1]
+
+    ident = WriterIdentity("inst", 2, record_format.writer_id_for("inst"))
+    w = CanaryWriter(WriterConfig(name="w", rate=0), TOPIC, ident, LedgerWriter(FakeProducer(log), "ledger", "inst",
+                                                                                  ident.writer_id, 2), factory)
+    w.start()
+    w.step(6, threading.Event())
+    producers[0].dead = True  # the fatal error: nothing of these is reported
+    w.step(6, threading.Event())
+    w.finish()  # must not crash; renews the producer
+    book = _book(log)
+    outcomes = collections.Counter(st.outcome for st in book.writes.values())
+    assert outcomes == {WriteOutcome.ACKED: 6, WriteOutcome.INDETERMINATE: 6}
+    assert len(producers) == 2 and w.in_flight == 0
+    assert {st.error for st in book.writes.values() if st.outcome is WriteOutcome.INDETERMINATE} == {
+        "_FATAL: producer renewed with it in flight"}
+
+
+class RefusingProducer(DyingProducer):
+    def produce(self, *a, **k):
+        if self.dead:
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error",
+                                            fatal=True))
+        return super().produce(*a, **k)
+
+
+def test_writes_a_dead_producer_refuses_are_failed_and_the_writer_carries_on():
+    log = {}
+    producers = []
+
+    def factory(_cb):
+        producers.append(RefusingProducer(log))
+        return producers[-1]
+
+    ident = WriterIdentity("inst", 2, record_format.writer_id_for("inst"))
+    w = CanaryWriter(WriterConfig(name="w", rate=0), TOPIC, ident, LedgerWriter(FakeProducer(log), "ledger", "inst",
+                                                                                  ident.writer_id, 2), factory)
+    w.start()
+    producers[0].dead = True
+    w.step(4, threading.Event())  # refused: never written
+    w._replace_producer_if_fatal()
+    w.step(3, threading.Event())  # the renewed producer writes
+    w.finish()
+    outcomes = collections.Counter(st.outcome for st in _book(log).writes.values())
+    assert outcomes == {WriteOutcome.FAILED: 4, WriteOutcome.ACKED: 3} and w.in_flight == 0
