@@ -24,7 +24,7 @@ from typing import Any
 from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
 from invariants.ledger_format import (
-    Body, Checkpoint, Intent, LedgerEntry, OutcomeRun, Outcomes, PendingWrites, Start, Stop, TopicSettings,
+    Body, Checkpoint, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TopicSettings,
     WriteOutcome, WriteRange, WriterRef, WriterSettings,
 )
 from invariants.model import Read, Settings
