@@ -241,7 +241,7 @@ class Checker:
                                                 lambda k: self.log_start.get((k.topic_id, k.partition), 0)))
         self.sink.extend(self.sequence.judge_ready(lambda k: self.views[k]))
         self.sink.extend(self.offsets.judge_parked())
-        self.sink.extend(self.txns.judge(self.view))
+        self.sink.extend(self.txns.judge(self.view, lambda tid, p: self.log_start.get((tid, p), 0)))
         for key in self._dirty:
             v = self.views[key]
             v.forget(self.settings.horizon_offsets)

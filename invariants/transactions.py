@@ -23,6 +23,9 @@ positives: none for a committed transaction (Kafka's atomicity promise); Jepsen 
 transactions before KIP-890. Implies ``lost_write`` in ``read_uncommitted`` when the missing
 records were acked.
 
+A transaction with an acknowledged record before the first offset the reader read, or below the
+partition's log start (retention), cannot be judged: what is missing may simply be gone.
+
 **Logs that change.** A record of a committed transaction that ``read_committed`` read and a
 later re-read no longer finds (a truncated log) makes the transaction be judged again: if only
 part of it is still visible, it is ``partial_txn`` then (counted once per transaction). Without
@@ -75,6 +78,12 @@ class TxnTrack:
             top[w.part] = max(off, top.get(w.part, -1))
         return top
 
+    def min_acked(self) -> dict[tuple[str, int], int]:
+        low: dict[tuple[str, int], int] = {}
+        for w, off in self.acked.items():
+            low[w.part] = min(off, low.get(w.part, off))
+        return low
+
     def ready(self) -> bool:
         return (not self.judged and self.outcome in DECIDED_FOR_PARTIAL
                 and self.undecided_writes == 0 and bool(self.acked))
@@ -102,6 +111,11 @@ class TxnTrack:
                    {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
                    d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"])
+
+
+def _readable(v: PartitionView, offset: int, log_start: int) -> bool:
+    """Whether the reader could have read ``offset``: at or after where it started and the log start."""
+    return v.start is not None and offset >= max(v.start, log_start)
 
 
 def partial_verdict(intended: int, visible: int, outcome: TxnOutcome) -> bool:
@@ -208,7 +222,8 @@ class TransactionsFamily:
 
     # -- judging ---------------------------------------------------------------------------
 
-    def judge(self, view: Callable[[Isolation, str, int], PartitionView]) -> list[Violation]:
+    def judge(self, view: Callable[[Isolation, str, int], PartitionView],
+              log_start: Callable[[str, int], int] = lambda _t, _p: 0) -> list[Violation]:
         out: list[Violation] = []
         for tkey in sorted(self.judge_queue):
             t = self.txns.get(tkey)
@@ -221,7 +236,9 @@ class TransactionsFamily:
             rc_past = all(view(RC, tid, p).frontier > top for (tid, p), top in tops.items())
             if t.ready() and rc_past:
                 visible = sum(1 for w, off in t.rc_reads.items() if off <= tops.get(w.part, -1))
-                if partial_verdict(len(t.writes), visible, t.outcome):
+                readable = all(_readable(view(RC, tid, p), low, log_start(tid, p))
+                               for (tid, p), low in t.min_acked().items())
+                if readable and partial_verdict(len(t.writes), visible, t.outcome):
                     tid, p = min(tops)
                     t.partial_counted = True
                     out.append(Violation(Invariant.PARTIAL_TXN, RC, tid, p, tuple(sorted(tops.values())),

@@ -154,12 +154,15 @@ class LedgerConfig(_Model):
                               "was trimmed from its first entry on)")
     checkpoint_interval_s: float = Field(10.0, gt=0, description="how often each writer appends a checkpoint "
                                          "entry (topic settings, writes in flight, the open transaction)")
+    extra_config: dict[str, str] = Field(default_factory=dict, description="further ledger topic configs (e.g. "
+                                         "segment.ms); the durability settings above always win")
     kafka: KafkaConfig | None = Field(
         None, description="a separate cluster for the ledger; empty = the canary cluster")
 
     def topic_configs(self) -> dict[str, str]:
         # The strongest durability whatever the canary topic's settings.
         return {
+            **self.extra_config,
             "min.insync.replicas": str(self.min_insync_replicas),
             "unclean.leader.election.enable": "false",
             "retention.ms": str(self.retention_ms),

@@ -63,7 +63,8 @@ class WriterLedger:
     superseded: bool = False  # a later incarnation started: its entries from then on are ignored
     watched: bool | None = None
     cls: WriteClass = UNKNOWN_CLASS
-    joined_mid_stream: bool = False
+    joined_mid_stream: bool = False  # its first entry seen was not its start (the ledger's head was trimmed)
+    awaiting_checkpoint: bool = False  # joined mid-stream: its state comes with its next checkpoint
     announced: bool = False  # a start or checkpoint said what it does
 
 
@@ -106,7 +107,7 @@ class LedgerBook:
         if w.superseded or (w.next_n is not None and e.n < w.next_n) or not self._counts(w, e):
             return  # a re-read or duplicate entry, a predecessor after its successor started, another topic
         if w.next_n is None:
-            w.joined_mid_stream = not isinstance(e.body, Start)  # its state comes with its next checkpoint
+            w.joined_mid_stream = w.awaiting_checkpoint = not isinstance(e.body, Start)
             w.next_n = e.n
         w.missing.extend(range(w.next_n, e.n))
         w.next_n = e.n + 1
@@ -119,7 +120,7 @@ class LedgerBook:
                 self.topic_settings[body.topic_id] = body.topic_settings
         if isinstance(body, Start):
             self._close_predecessors(w.instance, inc)
-        elif isinstance(body, Checkpoint) and w.joined_mid_stream:
+        elif isinstance(body, Checkpoint) and w.awaiting_checkpoint:
             self._join(w, body)
         elif isinstance(body, Intent):
             txn_id = body.txn.id if body.txn else 0
@@ -155,8 +156,9 @@ class LedgerBook:
             self._close(wid, inc, "writer stopped")
 
     def _join(self, w: WriterLedger, body: Checkpoint) -> None:
-        """A writer first seen at a checkpoint: its writes in flight and its open transaction."""
-        w.joined_mid_stream = False
+        """A writer that joined mid-stream, at its first checkpoint: its writes in flight and its
+        open transaction."""
+        w.awaiting_checkpoint = False
         for pw in body.pending:
             for s in range(pw.first_seq, pw.first_seq + pw.count):
                 self.writes.setdefault(WriteKey(body.topic_id, pw.partition, w.writer_id, w.incarnation, s),

@@ -103,7 +103,7 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
     _inconsistent(res, book, at)
     _acked_writes(res, book, at, where, settle, log_start)
     _unconfirmed(res, book, where, settle)
-    _transactions(res, book, reads, at)
+    _transactions(res, book, reads, at, log_start)
     res.writers_joined_mid_stream = sum(1 for w in book.writers.values() if w.watched and w.joined_mid_stream)
     return res
 
@@ -206,7 +206,8 @@ def _unconfirmed(res: AuditResult, book: LedgerBook, where: dict, settle: int) -
                 res.unconfirmed_missing[iso] += 1
 
 
-def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) -> None:
+def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
+                  log_start: dict[tuple[str, int], int]) -> None:
     rc_seen: dict[TxnKey, dict[WriteKey, int]] = defaultdict(dict)
     ru_seen: dict[TxnKey, set[WriteKey]] = defaultdict(set)
     for iso, target in ((RC, rc_seen), (RU, ru_seen)):
@@ -238,6 +239,13 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict) ->
         if not tops:
             continue
         if any(not at[RC].get(part) or max(at[RC][part]) < top for part, top in tops.items()):
+            continue
+        lows: dict[tuple[str, int], int] = {}
+        for w in txn.writes:
+            st = book.writes.get(w)
+            if st is not None and st.outcome is WriteOutcome.ACKED:
+                lows[w.part] = min(st.offset, lows.get(w.part, st.offset))
+        if any(low < max(min(at[RC][part]), log_start.get(part, 0)) for part, low in lows.items()):
             continue
         visible = sum(1 for w, off in rc_seen.get(key, {}).items() if off <= tops.get(w.part, -1))
         if 0 < visible < len(txn.writes):

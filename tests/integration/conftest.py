@@ -14,7 +14,9 @@ from tests.integration.helpers import make_config
 @pytest.fixture(scope="session")
 def cluster_env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
-    config, path = make_config(tmp, client_base=21092, internal_base=22092, control_port=22090)
+    # Retention is checked every 5 s (the default is 5 minutes) so that a test can watch segments go.
+    config, path = make_config(tmp, client_base=21092, internal_base=22092, control_port=22090,
+                               cluster={"broker_overrides": {"log.retention.check.interval.ms": 5000}})
     cluster = LocalCluster(config.cluster, print)
     started = time.monotonic()
     try:  # a start that fails half-way must not leave its nodes running either

@@ -35,7 +35,7 @@ def make_config(tmp: Path, client_base: int, internal_base: int, control_port: i
         "metrics": {"port": 0},
     }
     for key, value in extra.items():
-        data[key] = value
+        data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
     path = tmp / "vigil.yaml"
     path.write_text(yaml.safe_dump(data))
     return parse(data, str(path)), path

@@ -60,3 +60,12 @@ def test_an_undecided_transaction_that_is_visible_in_part_is_torn():
     s.read(RC, *honest(0, 2), (3, rec(0)), *honest(6, 10), txn={3: 1})
     s.read(RU, *honest(0, 2), (3, rec(0)), (4, rec(1)), (5, rec(2)), *honest(6, 10), txn={3: 1, 4: 1, 5: 1})
     assert s.run()[0] == {("partial_txn", "read_committed"): 1}
+
+
+def test_a_transaction_partly_below_the_log_start_is_not_judged():
+    """Retention deleted its first record: the rest being visible is no torn transaction."""
+    s = Story().txn(1, {0: 3, 1: 8}, TxnOutcome.COMMITTED)
+    s.read(RC, *honest(5, 7), (8, rec(1)), *honest(9, 14), txn={8: 1})
+    s.read(RU, *honest(5, 7), (8, rec(1)), *honest(9, 14), txn={8: 1})
+    found, ck = s.run(log_start=5)
+    assert found == {} and ck.expired_unread == 2  # the deleted write, in each reader

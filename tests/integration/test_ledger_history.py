@@ -1,0 +1,84 @@
+"""A ledger with a beginning nobody may see, and a ledger shared with other canary topics.
+
+Retention trims the canary topic and the ledger while a checker that started with `latest` runs:
+nothing is expected that was never announced, and nothing missing is a gap. Writers of another
+canary topic writing to the same ledger are not this checker's business.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.integration.helpers import vigil_json
+from tests.integration.watch_helpers import (
+    Background, audit_counts, metrics_up, nonzero, sample, violations, wait_for, watch_config,
+)
+
+MINUTE_RETENTION = {"retention.ms": "60000", "segment.ms": "10000"}
+
+
+def test_retention_trims_canary_and_ledger_under_a_checker_that_started_late(cluster_ready, tmp_path):
+    cfg, path = watch_config(
+        cluster_ready, tmp_path, "retention", 29476,
+        canary={"extra_config": MINUTE_RETENTION},
+        ledger={"retention_ms": 60000, "extra_config": {"segment.ms": "10000"}, "checkpoint_interval_s": 5},
+        watch={"starting_offsets": "latest"},
+        writers=[{"name": "idempotent", "rate": 150}, {"name": "txn", "transactional": True, "rate": 30}])
+    writers = Background(path, "produce", "--writer", "idempotent", "--duration", "170", "--metrics-port", "0",
+                         name="produce")
+    txn = Background(path, "produce", "--writer", "txn", "--duration", "170", "--metrics-port", "0", name="txn")
+    try:
+        time.sleep(25)  # the ledger and the canary topic have history this checker will never read
+        watch = Background(path, "watch", name="watch")
+        port = cfg.metrics.port
+        try:
+            wait_for(lambda: metrics_up(port), 120, "the first batch")
+            assert writers.wait(300) == 0, writers.tail()
+            assert txn.wait(300) == 0, txn.tail()
+            wait_for(lambda: (sample(port, "vigil_unseen_writes", isolation="read_uncommitted") == 0
+                              and sample(port, "vigil_unseen_writes", isolation="read_committed") == 0), 90,
+                     "the checker to catch up")
+            time.sleep(5)
+            live = violations(port)
+            checked = sample(port, "vigil_records_checked_total", isolation="read_uncommitted")
+        finally:
+            watch.stop()
+    finally:
+        writers.stop()
+        txn.stop()
+    assert nonzero(live) == {}  # in particular no outcome_gap and no lost_write
+    assert checked > 5000
+    report = vigil_json(path, "audit")
+    assert nonzero(audit_counts(report)) == {}
+    history = report["history"]
+    assert any(off > 0 for off in history["ledger_first_offsets"].values()), history  # the ledger head is gone
+    assert any(off > 0 for off in history["canary_log_start"].values()), history  # so is the canary topic's
+    assert history["writers_joined_mid_stream"] >= 1
+    assert report["undecided"] == 0
+
+
+def test_a_second_canary_topic_on_the_same_ledger_is_ignored(cluster_ready, tmp_path):
+    cfg, path = watch_config(cluster_ready, tmp_path, "shared-a", 29477, writers=[{"name": "idempotent", "rate": 150}])
+    (tmp_path / "b").mkdir()
+    _cfg_b, path_b = watch_config(cluster_ready, tmp_path / "b", "shared-b", 0, ledger={"topic": cfg.ledger.topic},
+                                  writers=[{"name": "idempotent", "rate": 150}])
+    port = cfg.metrics.port
+    a = Background(path, "produce", "--duration", "45", "--metrics-port", "0", name="produce-a")
+    b = Background(path_b, "produce", "--duration", "45", "--metrics-port", "0", name="produce-b")
+    watch = Background(path, "watch", name="watch")
+    try:
+        wait_for(lambda: metrics_up(port), 120, "the first batch")
+        assert a.wait(200) == 0 and b.wait(200) == 0, (a.tail(), b.tail())
+        time.sleep(cfg.watch.unseen_after_s + 5)
+        unseen = {iso: sample(port, "vigil_unseen_writes", isolation=iso)
+                  for iso in ("read_committed", "read_uncommitted")}
+        live = violations(port)
+    finally:
+        watch.stop()
+        a.stop()
+        b.stop()
+    assert unseen == {"read_committed": 0, "read_uncommitted": 0}  # B's writes are not late: not ours
+    assert nonzero(live) == {}
+    report = vigil_json(path, "audit")
+    assert nonzero(audit_counts(report)) == {} and report["undecided"] == 0
+    assert report["records_checked"]["read_uncommitted"] > 3000
