@@ -22,6 +22,20 @@ transaction is never judged ``partial_txn`` without its intent. A writer's ``che
 is watched once an entry names a watched topic (``start``, ``checkpoint``) or a topic ID known
 to be one; entries of other topics' writers are ignored entirely (no expectations, no gaps).
 
+**Topics.** ``start`` and ``checkpoint`` entries say which topic ID a writer writes under which
+name (:class:`TopicObserved`, with the log start offsets a checkpoint observed); a ``start`` that
+``replaces`` an ID says that ID vanished or was recreated (:class:`TopicReplaced`); a ``retire``
+entry retires an ID on purpose (:class:`TopicRetired`). Per writer, incarnation and partition the
+fold keeps which seqs were intended for which topic ID (:meth:`LedgerFold.topic_of`): seqs only
+grow, so each topic ID a writer wrote to is a range of its seqs, and a record read under a topic
+name can be told apart by its content.
+
+**Time.** Durations are taken from each entry's :attr:`~invariants.ledger_format.LedgerEntry.time_us`
+(the broker's append time on a ``LogAppendTime`` ledger topic), never from the writer's clock
+against the monitor's: an intent is pending since its entry was appended, an acknowledgement
+counts from the append of the entry reporting it, and a writer that announced ``init`` is
+initialising since then (until its next intent).
+
 Once the next incarnation of an instance has started, entries its predecessor still writes
 are ignored: the predecessor's undecided writes and transactions were declared
 ``indeterminate`` at that point, and verdicts do not change afterwards (the instance lock
@@ -38,9 +52,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
+import bisect
+
 from invariants.ledger_format import (
-    Checkpoint, Intent, LedgerEntry, Outcomes, Start, Stop, TopicSettings, TxnEnd, TxnOutcome, WriteOutcome,
-    WriterSettings,
+    Checkpoint, Init, Intent, LedgerEntry, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd, TxnOutcome,
+    WriteOutcome, WriterSettings,
 )
 from invariants.model import TxnKey, WriteKey
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
@@ -127,8 +143,34 @@ class WriterClassified:
     topic_settings: TopicSettings | None
 
 
+@dataclass(frozen=True, slots=True)
+class TopicObserved:
+    """A writer wrote (or writes) ``topic`` under ``topic_id``; ``log_starts``: per partition, the
+    log start offset it observed (empty: not observed)."""
+
+    topic: str
+    topic_id: str
+    partitions: int
+    log_starts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicReplaced:
+    """A writer found ``old_id`` gone (deleted, or recreated as ``new_id``) and carries on on ``new_id``."""
+
+    topic: str
+    old_id: str
+    new_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRetired:
+    topic: str
+    topic_id: str
+
+
 LedgerEvent = Union[AckedRun, UnconfirmedRun, TxnWriteIntended, TxnWriteAcked, TxnWriteDecided, TxnDecided,
-                    EntriesMissing, WriterClassified]
+                    EntriesMissing, WriterClassified, TopicObserved, TopicReplaced, TopicRetired]
 
 
 # -- the fold --------------------------------------------------------------------------------
@@ -169,6 +211,7 @@ class WriterCursor:
     pending: dict[tuple[str, int], list[PendingRange]] = field(default_factory=dict)  # (topic_id, p) -> ranges
     open_txns: set[TxnKey] = field(default_factory=set)
     last_ack_ts_us: int = 0
+    init_since_us: int = 0  # announced ``init`` and no intent since (0: not initialising)
 
     def take(self, tid: str, p: int, first: int, end: int) -> list[PendingRange]:
         """Remove seqs [first, end) from the pending ranges; returns the pieces that were pending."""
@@ -196,7 +239,8 @@ class WriterCursor:
                 "settings": None if self.settings is None else _settings_doc(self.settings),
                 "cls": self.cls.to_doc(),
                 "pending": [[tid, p, [r.to_doc() for r in rs]] for (tid, p), rs in self.pending.items()],
-                "open_txns": sorted(list(t) for t in self.open_txns), "last_ack_ts_us": self.last_ack_ts_us}
+                "open_txns": sorted(list(t) for t in self.open_txns), "last_ack_ts_us": self.last_ack_ts_us,
+                "init_since_us": self.init_since_us}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> "WriterCursor":
@@ -205,7 +249,7 @@ class WriterCursor:
                    d["superseded"], None if d["settings"] is None else WriterSettings(*d["settings"]),
                    WriteClass.from_doc(d["cls"]),
                    {(tid, p): [PendingRange.from_doc(r) for r in rs] for tid, p, rs in d["pending"]},
-                   {TxnKey(*t) for t in d["open_txns"]}, d["last_ack_ts_us"])
+                   {TxnKey(*t) for t in d["open_txns"]}, d["last_ack_ts_us"], d["init_since_us"])
 
 
 def _settings_doc(s: WriterSettings) -> list:
@@ -219,6 +263,22 @@ class LedgerFold:
         self.watched = None if watched is None else frozenset(watched)
         self.watched_ids: set[str] = set()
         self.writers: dict[tuple[str, int], WriterCursor] = {}
+        # (writer id, incarnation, partition) -> [[first seq, topic id], ...] in seq order
+        self.generations: dict[tuple[int, int, int], list[list]] = {}
+
+    def _generation(self, w: WriterCursor, tid: str, p: int, first_seq: int) -> None:
+        gens = self.generations.setdefault((w.writer_id, w.inc, p), [])
+        if not gens or (gens[-1][1] != tid and first_seq > gens[-1][0]):
+            gens.append([first_seq, tid])
+        elif first_seq < gens[0][0] and gens[0][1] == tid:
+            gens[0][0] = first_seq  # an earlier write of the first topic seen (a checkpoint's pending)
+
+    def topic_of(self, writer_id: int, inc: int, partition: int, seq: int) -> str | None:
+        """The topic ID seq ``seq`` of this writer and partition was intended for (None: unknown)."""
+        gens = self.generations.get((writer_id, inc, partition))
+        if not gens or seq < gens[0][0]:
+            return None
+        return gens[bisect.bisect_right([g[0] for g in gens], seq) - 1][1]
 
     def watch_topic_id(self, topic_id: str) -> None:
         """A topic ID known (e.g. from metadata) to be one of the watched topics."""
@@ -229,7 +289,7 @@ class LedgerFold:
 
     def _accepts(self, w: WriterCursor, e: LedgerEntry) -> bool:
         body = e.body
-        if isinstance(body, (Start, Checkpoint)):
+        if isinstance(body, (Start, Checkpoint, Retire)):
             watched = self.watched is None or body.topic in self.watched
             if watched:
                 self.watched_ids.add(body.topic_id)
@@ -253,22 +313,31 @@ class LedgerFold:
             w.joined = isinstance(e.body, Start)
         if not w.joined and isinstance(e.body, Checkpoint):
             w.joined = True
-            events.extend(self._join(w, e.body))
+            events.extend(self._join(w, e.body, e.time_us - e.ts_us))
         if e.n > w.next_n:
             events.append(EntriesMissing(w.instance, w.inc, w.next_n, e.n - w.next_n))
         w.next_n = e.n + 1
         body = e.body
         if isinstance(body, (Start, Checkpoint)):
             events.append(self._classify(w, body))
+            events.append(TopicObserved(body.topic, body.topic_id, body.partitions,
+                                        body.log_starts if isinstance(body, Checkpoint) else ()))
         if isinstance(body, Start):
+            if body.replaces:
+                events.append(TopicReplaced(body.topic, body.replaces, body.topic_id))
             for (inst, inc), other in self.writers.items():
                 if inst == w.instance and inc < w.inc and not other.superseded:
                     events.extend(self._close(other))
                     other.superseded = True
+        elif isinstance(body, Retire):
+            events.append(TopicRetired(body.topic, body.topic_id))
+        elif isinstance(body, Init):
+            w.init_since_us = w.init_since_us or e.time_us
         elif isinstance(body, Intent):
-            events.extend(self._intent(w, body, e.ts_us))
+            w.init_since_us = 0
+            events.extend(self._intent(w, body, e.time_us))
         elif isinstance(body, Outcomes):
-            events.extend(self._outcomes(w, body))
+            events.extend(self._outcomes(w, body, e.time_us))
         elif isinstance(body, TxnEnd):
             tkey = TxnKey(w.writer_id, w.inc, body.id)
             w.open_txns.discard(tkey)
@@ -276,6 +345,7 @@ class LedgerFold:
         elif isinstance(body, Stop):
             events.extend(self._close(w))
             w.stopped = True
+            w.init_since_us = 0
         return events
 
     @staticmethod
@@ -284,17 +354,18 @@ class LedgerFold:
         w.cls = classify(body.settings, body.topic_settings)
         return WriterClassified(w.writer_id, w.inc, body.topic_id, w.cls, body.settings, body.topic_settings)
 
-    @staticmethod
-    def _join(w: WriterCursor, body: Checkpoint) -> list[LedgerEvent]:
+    def _join(self, w: WriterCursor, body: Checkpoint, clock_offset_us: int) -> list[LedgerEvent]:
         """A writer that joined late, at its first checkpoint: what it has in flight (writes whose
-        intent this reader did not see) and its open transaction."""
+        intent this reader did not see) and its open transaction. ``clock_offset_us`` turns the
+        writer's clock into the broker's (the checkpoint's append time minus its own time)."""
         w.cls = classify(body.settings, body.topic_settings)
         events: list[LedgerEvent] = []
         for pw in body.pending:
             tkey = TxnKey(w.writer_id, w.inc, pw.txn_id) if pw.txn_id else None
             known = w.pending.setdefault((body.topic_id, pw.partition), [])
+            self._generation(w, body.topic_id, pw.partition, pw.first_seq)
             for lo, hi in _uncovered(pw.first_seq, pw.first_seq + pw.count, list(known)):
-                known.append(PendingRange(lo, hi, pw.intent_ts_us, tkey, w.cls))
+                known.append(PendingRange(lo, hi, pw.intent_ts_us + clock_offset_us, tkey, w.cls))
         for t in body.open_txns:
             tkey = TxnKey(w.writer_id, w.inc, t.id)
             w.open_txns.add(tkey)
@@ -302,13 +373,13 @@ class LedgerFold:
                           for r in t.writes for s in range(r.first_seq, r.first_seq + r.count))
         return events
 
-    @staticmethod
-    def _intent(w: WriterCursor, body: Intent, ts_us: int) -> list[LedgerEvent]:
+    def _intent(self, w: WriterCursor, body: Intent, ts_us: int) -> list[LedgerEvent]:
         tkey = TxnKey(w.writer_id, w.inc, body.txn.id) if body.txn else None
         if tkey:
             w.open_txns.add(tkey)
         events: list[LedgerEvent] = []
         for r in body.writes:
+            self._generation(w, body.topic_id, r.partition, r.first_seq)
             w.pending.setdefault((body.topic_id, r.partition), []).append(
                 PendingRange(r.first_seq, r.first_seq + r.count, ts_us, tkey, w.cls))
             if tkey:
@@ -316,8 +387,7 @@ class LedgerFold:
                                                w.cls) for s in range(r.first_seq, r.first_seq + r.count))
         return events
 
-    @staticmethod
-    def _outcomes(w: WriterCursor, body: Outcomes) -> list[LedgerEvent]:
+    def _outcomes(self, w: WriterCursor, body: Outcomes, ts_us: int) -> list[LedgerEvent]:
         tid = body.topic_id
         events: list[LedgerEvent] = []
         for run in body.runs:
@@ -327,23 +397,24 @@ class LedgerFold:
             pieces = w.take(tid, p, first, end)
             covered = sum(piece.end - piece.first for piece in pieces)
             if covered < run.count:  # outcomes of writes whose intent was not seen (read from the middle)
+                self._generation(w, tid, p, first)
                 txn = TxnKey(w.writer_id, w.inc, run.txn_id) if run.txn_id else None
                 pieces += [PendingRange(lo, hi, 0, txn, w.cls) for lo, hi in _uncovered(first, end, pieces)]
             acked = run.outcome is WriteOutcome.ACKED
             if acked:
-                w.last_ack_ts_us = max(w.last_ack_ts_us, run.done_ts_us)
+                w.last_ack_ts_us = max(w.last_ack_ts_us, ts_us)
             for piece in sorted(pieces, key=lambda r: r.first):
                 if piece.txn is None:
                     if acked:
                         events.append(AckedRun(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
-                                               run.first_offset + piece.first - first, run.done_ts_us, piece.cls))
+                                               run.first_offset + piece.first - first, ts_us, piece.cls))
                     elif run.outcome is WriteOutcome.UNCONFIRMED:
                         events.append(UnconfirmedRun(tid, p, w.writer_id, w.inc, piece.first,
                                                      piece.end - piece.first))
                     continue
                 for s in range(piece.first, piece.end):
                     wkey = WriteKey(tid, p, w.writer_id, w.inc, s)
-                    events.append(TxnWriteAcked(wkey, run.first_offset + s - first, piece.txn, run.done_ts_us,
+                    events.append(TxnWriteAcked(wkey, run.first_offset + s - first, piece.txn, ts_us,
                                                 piece.cls) if acked else TxnWriteDecided(wkey, piece.txn, piece.cls))
         return events
 
@@ -358,18 +429,29 @@ class LedgerFold:
         return events
 
     def oldest_pending_us(self) -> dict[tuple[str, int], int]:
-        """Per running writer, the intent time of its oldest write still waiting for an outcome."""
-        return {k: min(r.intent_ts_us for rs in w.pending.values() for r in rs)
-                for k, w in self.writers.items() if w.pending and not w.stopped}
+        """Per running writer, since when it has waited: the append time of the intent of its oldest
+        write still waiting for an outcome, or of its ``init`` if it has not got past that."""
+        out = {}
+        for k, w in self.writers.items():
+            if w.stopped or w.superseded:
+                continue
+            times = [r.intent_ts_us for rs in w.pending.values() for r in rs]
+            if w.init_since_us:
+                times.append(w.init_since_us)
+            if times:
+                out[k] = min(times)
+        return out
 
     def to_doc(self) -> dict[str, Any]:
         return {"watched": None if self.watched is None else sorted(self.watched),
-                "watched_ids": sorted(self.watched_ids), "writers": [w.to_doc() for w in self.writers.values()]}
+                "watched_ids": sorted(self.watched_ids), "writers": [w.to_doc() for w in self.writers.values()],
+                "generations": [[*k, gens] for k, gens in self.generations.items()]}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "LedgerFold":
         fold = cls(doc["watched"])
         fold.watched_ids = set(doc["watched_ids"])
+        fold.generations = {(wid, inc, p): gens for wid, inc, p, gens in doc["generations"]}
         for d in doc["writers"]:
             w = WriterCursor.from_doc(d)
             fold.writers[(w.instance, w.inc)] = w

@@ -32,6 +32,11 @@ leader; a new leader writing new records at reused offsets). Such a verdict is c
 after the range was read again (:mod:`invariants.confirm`): the fresh read either confirms it or
 shows the write where it was acknowledged (and the old content as ``inconsistent_offset``).
 
+**A gap is read again first.** When this reader read *no* record at the acknowledged offset (it
+jumped over it: retention deleted it before the reader got there, or the reader skipped it), the
+loss is counted only after the offset was read again: the re-read finds the write, another record
+(lost), nothing within the log (lost), or the offset below the log start (expired).
+
 **unseen.** A gauge, not a loss: expected writes acked more than a deadline ago that the
 reader has not reached yet (frontier not past their offset).
 
@@ -59,11 +64,29 @@ unclean election setting; a bogus or mismatched offset is always ``guaranteed``
 **Horizon.** An ack that arrives when its offset is more than ``horizon_offsets`` behind the
 reader's frontier can no longer be compared with what was read there: ``expired_unread``
 (the audit's to judge).
+
+**Expired, by reason** (``vigil_expired_unread_total{reason}``, never violations):
+``below_first_read`` (acked below the first offset the reader read), ``log_start`` (below the
+partition's log start when judged), ``horizon`` (acked, or waiting for a re-read, further back
+than the live horizon remembers), ``retired`` (the topic ID was retired with ``vigil retire``).
+
+**Topics that vanish.** When a topic ID is gone — deleted, recreated under its name (a writer's
+``start`` entry says which ID it replaced), or seen gone by the prober — every acknowledged write
+of it that this checker still tracks (not judged yet, waiting, or read where acknowledged) is
+judged at once against the last log start offset the writers recorded for its partition
+(``checkpoint`` entries): at or above it, ``lost_write`` with ``cause="topic_vanished"`` in the
+write's class (deleting a topic breaks no Kafka promise, a broker that forgets one does: policy
+tells them apart by the cause); below it, expired (``log_start``). Acknowledgements of it that
+arrive later are judged the same way on arrival. A *retired* ID ends the same writes as expired
+(``retired``): nothing stays unseen forever. Cannot be inferred: writes judged earlier stay as
+they were judged, and writes read more than ``horizon_offsets`` before the topic vanished are no
+longer remembered (the audit counts them too).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -83,7 +106,7 @@ def acked_write_verdict(acked_offset: int, read_offsets: Iterable[int], frontier
     if start is None or frontier <= acked_offset:
         return Verdict.UNDECIDED
     if acked_offset < start:
-        return Verdict.EXPIRED
+        return Verdict.EXPIRED  # below the first offset read
     if any(r <= acked_offset + settle - 1 for r in offsets):
         return Verdict.MISMATCH
     if frontier >= acked_offset + settle:
@@ -159,12 +182,19 @@ class AckedState:
         return st
 
 
+EXPIRED_REASONS = ("below_first_read", "log_start", "horizon", "retired")
+
+
 class AckedWritesFamily:
     def __init__(self, settle: int) -> None:
         self.settle = settle
         self.views: dict[ViewKey, AckedState] = {}
-        self.expired_unread = 0
+        self.expired: Counter[str] = Counter()  # reason -> writes
         self.candidates = Pending()
+
+    @property
+    def expired_unread(self) -> int:
+        return sum(self.expired.values())
 
     def state(self, key: ViewKey) -> AckedState:
         st = self.views.get(key)
@@ -245,16 +275,19 @@ class AckedWritesFamily:
             wkey, j = c.data
             v = view(c.key)
             out.extend(self._judge(c.key, self.state(c.key), v, wkey, Judged(j.acked_at, -1, j.cls),
-                                   log_start(c.key)))
+                                   log_start(c.key), confirmed=True))
         return out
 
-    def _candidate(self, key: ViewKey, v: PartitionView, wkey: WriteKey, j: Judged, *also: int) -> None:
+    def _candidate(self, key: ViewKey, v: PartitionView, wkey: WriteKey, j: Judged, *also: int,
+                   gap: bool = False) -> None:
         need = [(j.acked_at, 1 if j.acked_at == 0 else min(j.acked_at + self.settle, j.late_below))]
+        if gap:
+            need = [(j.acked_at, j.acked_at + 1)]
         need += [(o, o + 1) for o in also if o < j.late_below]
         self.candidates.add(key, need, v.epoch, (wkey, j))
 
     def _judge(self, key: ViewKey, st: AckedState, v: PartitionView, wkey: WriteKey, j: Judged,
-               log_start: int) -> list[Violation]:
+               log_start: int, confirmed: bool = False) -> list[Violation]:
         off, ident = j.acked_at, wkey.ident
         seen = v.reads_of.get(ident)
         late = off < j.late_below
@@ -276,18 +309,20 @@ class AckedWritesFamily:
                 st.zero_wait[wkey] = j.cls
             return out
         if off < v.forgotten_below:
-            self.expired_unread += 1  # acked later than the horizon reaches back: the audit's
+            self.expired["horizon"] += 1  # acked later than the horizon reaches back: the audit's
             return []
         verdict = acked_write_verdict(off, seen or (), v.frontier, v.start, self.settle, log_start)
         if verdict is Verdict.OK:
             st.placed[ident] = j
         elif verdict is Verdict.EXPIRED:
-            self.expired_unread += 1
+            self.expired["below_first_read" if v.start is not None and off < v.start else "log_start"] += 1
         elif verdict is Verdict.UNDECIDED:
             st.waiting[wkey] = j
             heapq.heappush(st.waiting_heap, (off + self.settle, wkey))
         elif late:
             self._candidate(key, v, wkey, j, *(seen or ()))
+        elif verdict is Verdict.LOST and not confirmed and v.held(off) is None:
+            self._candidate(key, v, wkey, j, gap=True)  # nothing read at its offset: read it again first
         elif verdict is Verdict.LOST:
             return [Violation(Invariant.LOST_WRITE, key.iso, key.topic_id, key.partition, (off,),
                               (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {off}, reader at {v.frontier}",
@@ -310,7 +345,46 @@ class AckedWritesFamily:
         if st is not None:
             for ident in [i for i, j in st.placed.items() if j.acked_at < v.forgotten_below]:
                 del st.placed[ident]
-        self.expired_unread += len(self.candidates.forget_below(key, v.forgotten_below))
+        self.expired["horizon"] += len(self.candidates.forget_below(key, v.forgotten_below))
+
+    # -- topics that end -------------------------------------------------------------------
+
+    def end_topic(self, topic_id: str, log_start: Any, reason: str) -> list[Violation]:
+        """Every write of ``topic_id`` this family still tracks, judged now that the topic is gone
+        (``reason``: ``vanished`` or ``retired``); ``log_start(partition)``: the last recorded one."""
+        out: list[Violation] = []
+        keys = [k for k in self.views if k.topic_id == topic_id]
+        for c in [c for c in self.candidates.items if c.key.topic_id == topic_id]:
+            self.candidates.items.remove(c)
+            wkey, j = c.data
+            out.extend(self.ended(c.key, j.acked_at, 1, wkey.writer_id, wkey.inc, wkey.seq, j.cls,
+                                  log_start(c.key.partition), reason))
+        for key in keys:
+            st = self.views.pop(key)
+            L = log_start(key.partition)
+            for run in st.pending:
+                out.extend(self.ended(key, run.first_offset, run.count, run.writer_id, run.inc, run.first_seq,
+                                      run.cls, L, reason))
+            for wkey, j in st.waiting.items():
+                out.extend(self.ended(key, j.acked_at, 1, wkey.writer_id, wkey.inc, wkey.seq, j.cls, L, reason))
+            for ident, j in st.placed.items():
+                out.extend(self.ended(key, j.acked_at, 1, ident[0], ident[1], ident[2], j.cls, L, reason))
+        return out
+
+    def ended(self, key: ViewKey, first_offset: int, count: int, writer_id: int, inc: int, first_seq: int,
+              cls: WriteClass, log_start: int, reason: str) -> list[Violation]:
+        """Acknowledged writes of a topic ID that is gone: lost at or above its last recorded log
+        start (expired below it), or expired as ``retired``."""
+        if reason == "retired":
+            self.expired["retired"] += count
+            return []
+        below = min(count, max(0, log_start - first_offset))
+        self.expired["log_start"] += below
+        return [Violation(Invariant.LOST_WRITE, key.iso, key.topic_id, key.partition, (first_offset + i,),
+                          (writer_id, inc), first_seq + i, cause="topic_vanished",
+                          detail=f"acked at {first_offset + i}; topic ID {key.topic_id} is gone "
+                                 f"(log start recorded {log_start})", **_cls(cls.acked, cls))
+                for i in range(below, count)]
 
     def unseen(self, cutoff_us: int) -> dict[Any, int]:
         """Per reader, expected writes acked before ``cutoff_us`` that the reader has not reached."""
@@ -325,14 +399,14 @@ class AckedWritesFamily:
                 + sum(len(st.waiting) for st in self.views.values()) + len(self.candidates.items))
 
     def to_doc(self, t: ClassTable) -> dict[str, Any]:
-        return {"expired_unread": self.expired_unread,
+        return {"expired": dict(self.expired),
                 "views": [[key.to_doc(), st.to_doc(t)] for key, st in self.views.items()],
                 "candidates": self.candidates.to_doc(lambda d: [*d[0], *d[1].to_doc(t)])}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], settle: int, t: ClassTable) -> "AckedWritesFamily":
         fam = cls(settle)
-        fam.expired_unread = doc["expired_unread"]
+        fam.expired = Counter(doc["expired"])
         fam.views = {ViewKey.from_doc(k): AckedState.from_doc(d, settle, t) for k, d in doc["views"]}
         fam.candidates = Pending.from_doc(doc["candidates"],
                                           lambda d: (WriteKey(*d[:5]), Judged.from_doc(d[5:], t)))

@@ -17,6 +17,15 @@ that rest on offsets read before their evidence arrived wait for such a fresh re
 any restart from the saved document give the same verdicts as the whole history read at once —
 the property the tests hammer, and what lets the live result equal the audit's.
 
+Reads arrive under topic *names*; :meth:`Checker.apply_named_reads` attributes them to topic IDs
+(:mod:`invariants.attribution`). A topic ID that is gone — replaced (a writer's ``start`` says so,
+or the runtime sees another ID under the name), seen gone by the runtime, or retired — has its
+tracked writes judged (:mod:`invariants.acked_writes`, topics that vanish), retirements first,
+and is read no more. Ends the ledger announces are made at the next :meth:`Checker.settle`;
+ends the runtime saw (metadata) wait for the next batch (:meth:`Checker.begin_batch`), which
+holds every ledger entry written before they were seen — the topic's last recorded log starts,
+or a retirement.
+
 State is bounded: per view, offsets more than ``horizon_offsets`` behind the frontier are
 forgotten; transactions are dropped a horizon after they are decided; the ledger fold keeps only
 writes still waiting for an outcome. Everything is keyed by topic ID, so a recreated topic
@@ -27,13 +36,14 @@ versioned form the watch saves after every batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from invariants.accounting import (
-    AckedRun, EntriesMissing, LedgerEvent, LedgerFold, TxnDecided, TxnWriteAcked, TxnWriteDecided, TxnWriteIntended,
-    UnconfirmedRun, WriterClassified,
+    AckedRun, EntriesMissing, LedgerEvent, LedgerFold, TopicObserved, TopicReplaced, TopicRetired, TxnDecided,
+    TxnWriteAcked, TxnWriteDecided, TxnWriteIntended, UnconfirmedRun, WriterClassified,
 )
 from invariants.acked_writes import AckedWritesFamily
+from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
 from invariants.confirm import merge, subtract
 from invariants.ledger_format import LedgerEntry, TopicSettings, WriterSettings
@@ -47,7 +57,7 @@ from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 
-DOC_VERSION = 3
+DOC_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,10 @@ class Checker:
         self.suspects: dict[ViewKey, list[list[int]]] = {}  # ranges to read again (evidence of a rewrite)
         self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic, partition) -> offset
         self._dirty: set[ViewKey] = set()
+        self.topics = TopicAttribution()
+        self.recorded_log_start: dict[tuple[str, int], int] = {}  # from the writers' checkpoints
+        self.current_ids: dict[str, str] = {}  # topic name -> the ID the runtime sees under it now
+        self._ending: dict[str, list] = {}  # topic IDs to end -> [why, batches still to wait for]
 
     # -- what other code reads -------------------------------------------------------------
 
@@ -93,6 +107,10 @@ class Checker:
     @property
     def expired_unread(self) -> int:
         return self.acked.expired_unread
+
+    @property
+    def expired_by_reason(self) -> dict[str, int]:
+        return {reason: n for reason, n in self.acked.expired.items() if n}
 
     @property
     def aborted_allowed(self) -> int:
@@ -122,14 +140,89 @@ class Checker:
         """A topic ID the runtime knows to be a watched canary topic (ledger entries of it count)."""
         self.fold.watch_topic_id(topic_id)
 
+    # -- topics ----------------------------------------------------------------------------
+
+    def note_topic(self, name: str, topic_id: str) -> None:
+        """The runtime sees ``topic_id`` under ``name`` now: every older ID of the name is gone."""
+        self.fold.watch_topic_id(topic_id)
+        prev = self.current_ids.get(name, "")
+        self.topics.note(name, topic_id, after=prev if prev != topic_id else "")
+        self.current_ids[name] = topic_id
+        ids = self.topics.ids[name]
+        for old in ids[:ids.index(topic_id)]:
+            self._end(old, "vanished", wait=1)
+
+    def topic_vanished(self, name: str) -> None:
+        """The runtime found ``name`` gone for good: every ID it stood for is gone."""
+        for tid in self.topics.ids.get(name, []):
+            self._end(tid, "vanished", wait=1)
+
+    def begin_batch(self) -> None:
+        """A new micro-batch begins: it holds every ledger entry written before it was planned."""
+        for end in self._ending.values():
+            end[1] = max(0, end[1] - 1)
+
+    def _end(self, topic_id: str, reason: str, wait: int = 0) -> None:
+        if topic_id in self.topics.gone:
+            return
+        known = self._ending.get(topic_id)
+        if known is None:
+            self._ending[topic_id] = [reason, wait]
+        elif reason == "retired" or wait < known[1]:
+            self._ending[topic_id] = ["retired" if "retired" in (reason, known[0]) else reason, min(wait, known[1])]
+
+    def _finish_topics(self) -> None:
+        due = {tid: end[0] for tid, end in self._ending.items() if end[1] == 0}
+        for tid in due:
+            del self._ending[tid]
+        for tid, reason in sorted(due.items(), key=lambda kv: (kv[1] != "retired", kv[0])):
+            self.topics.gone[tid] = reason
+            self.sink.extend(self.acked.end_topic(tid, lambda p, t=tid: self.recorded_log_start.get((t, p), 0),
+                                                  reason))
+            for key in [k for k in self.views if k.topic_id == tid]:
+                del self.views[key]
+                self._dirty.discard(key)
+                self.suspects.pop(key, None)
+            self.sequence.forget_topic(tid)
+            self.offsets.forget_topic(tid)
+            self.unconfirmed.forget_topic(tid)
+            self.max_acked = {k: v for k, v in self.max_acked.items() if k[2] != tid}
+            self.log_start = {k: v for k, v in self.log_start.items() if k[0] != tid}
+
+    def apply_named_reads(self, iso: Isolation, name: str, partition: int, reads: Sequence[Read],
+                          fresh_id: Callable[[str], str | None] = lambda _n: None) -> bool:
+        """Reads of one reader and partition of topic ``name`` (Spark's rows), attributed to topic
+        IDs (:mod:`invariants.attribution`; ``fresh_id``: the name's ID now, looked up only when
+        offsets go backwards); False when nothing is known of the name yet (nothing applied)."""
+        def by_content(r: Read) -> str | None:
+            return self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2])
+
+        def fresh(n: str) -> str | None:
+            now = fresh_id(n)
+            if now is not None:
+                self.note_topic(n, now)
+            return now
+
+        tid = self.topics.attribute(iso.value, name, partition, reads, by_content, fresh)
+        if tid is None:
+            return False
+        self.apply_reads(iso, tid, partition, reads)
+        return True
+
     def apply_ledger(self, entries: Iterable[LedgerEntry]) -> None:
         for entry in entries:
             for ev in self.fold.apply(entry):
                 self._ledger_event(ev)
 
     def set_log_start(self, topic_id: str, partition: int, offset: int) -> None:
+        """The partition's log start offset: nothing below it can be read (again) any more, so
+        verdicts waiting for a re-read there are made now."""
         key = (topic_id, partition)
         self.log_start[key] = max(offset, self.log_start.get(key, 0))
+        for iso in (RC, RU):
+            view_key = ViewKey(iso, topic_id, partition)
+            for pending in (self.acked.candidates, self.sequence.candidates):
+                pending.below_log_start(view_key, offset)
 
     def suspect(self, topic_id: str, partition: int, lo: int, hi: int) -> None:
         """Evidence that [lo, hi) may have been rewritten (a high watermark that went backwards):
@@ -145,7 +238,10 @@ class Checker:
     def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read],
                     covered: tuple[int, int] | None = None) -> None:
         """One reader's records of one partition, in offset order. ``covered``: the range they were
-        read from, when it was read whole (a re-fetch); offsets in it with no record held none."""
+        read from, when it was read whole (a re-fetch); offsets in it with no record held none.
+        Reads of a topic ID that is gone are not judged."""
+        if topic_id in self.topics.gone:
+            return
         key = ViewKey(iso, topic_id, partition)
         v = self.view(iso, topic_id, partition)
         other = self.views.get(ViewKey(RU if iso is RC else RC, topic_id, partition))
@@ -230,10 +326,11 @@ class Checker:
             wanted.setdefault((key.topic_id, key.partition), []).extend((a, b) for a, b in ranges)
         gap = self.settings.settle_offsets
         return [Refetch(tid, p, lo, hi) for (tid, p), ranges in sorted(wanted.items())
-                for lo, hi in merge(ranges, gap)]
+                if tid not in self.topics.gone for lo, hi in merge(ranges, gap)]
 
     def settle(self) -> list[Violation]:
         """Judge everything that became decidable; returns the new violations."""
+        self._finish_topics()
         for key in sorted(self._dirty, key=lambda k: (k.iso.value, k.topic_id, k.partition)):
             v = self.views[key]
             self.sink.extend(self.acked.settle_view(key, v, self.log_start.get((key.topic_id, key.partition), 0)))
@@ -241,7 +338,8 @@ class Checker:
                                                 lambda k: self.log_start.get((k.topic_id, k.partition), 0)))
         self.sink.extend(self.sequence.judge_ready(lambda k: self.views[k]))
         self.sink.extend(self.offsets.judge_parked())
-        self.sink.extend(self.txns.judge(self.view, lambda tid, p: self.log_start.get((tid, p), 0)))
+        self.sink.extend(self.txns.judge(self.view, lambda tid, p: self.log_start.get((tid, p), 0),
+                                         self.topics.gone))
         for key in self._dirty:
             v = self.views[key]
             v.forget(self.settings.horizon_offsets)
@@ -258,6 +356,10 @@ class Checker:
     def _expect(self, iso: Isolation, tid: str, p: int, first_offset: int, count: int, writer_id: int, inc: int,
                 first_seq: int, done_ts_us: int, cls: WriteClass) -> None:
         key = ViewKey(iso, tid, p)
+        if tid in self.topics.gone:  # acknowledged writes of a topic that is gone: judged on arrival
+            self.sink.extend(self.acked.ended(key, first_offset, count, writer_id, inc, first_seq, cls,
+                                              self.recorded_log_start.get((tid, p), 0), self.topics.gone[tid]))
+            return
         self.acked.expect(key, self.view(iso, tid, p), first_offset, count, writer_id, inc, first_seq, done_ts_us,
                           cls)
         self._dirty.add(key)
@@ -285,6 +387,8 @@ class Checker:
                 self._expect(RC, w.topic_id, w.partition, ev.offset, 1, w.writer_id, w.inc, w.seq, ev.done_ts_us,
                              ev.cls)
         elif isinstance(ev, UnconfirmedRun):
+            if ev.topic_id in self.topics.gone:
+                return
             for iso in (RU, RC):
                 key = ViewKey(iso, ev.topic_id, ev.partition)
                 top = self.sequence.max_seq.get(key, {}).get((ev.writer_id, ev.inc))
@@ -306,6 +410,18 @@ class Checker:
                 self.writer_info[ev.settings.name] = ev.settings
             if ev.topic_settings is not None:
                 self.topic_settings[ev.topic_id] = ev.topic_settings
+        elif isinstance(ev, TopicObserved):
+            self.topics.note(ev.topic, ev.topic_id)
+            for p, off in enumerate(ev.log_starts):
+                k = (ev.topic_id, p)
+                self.recorded_log_start[k] = max(off, self.recorded_log_start.get(k, 0))
+        elif isinstance(ev, TopicReplaced):
+            self.topics.note(ev.topic, ev.old_id)
+            self.topics.note(ev.topic, ev.new_id, after=ev.old_id)
+            self._end(ev.old_id, "vanished")
+        elif isinstance(ev, TopicRetired):
+            self.topics.note(ev.topic, ev.topic_id)
+            self._end(ev.topic_id, "retired")
         elif isinstance(ev, EntriesMissing):
             for n in range(ev.first_n, ev.first_n + ev.count):  # one violation (and evidence line) per lost entry
                 self.sink.add(Violation(Invariant.OUTCOME_GAP, NONE, detail=f"{ev.instance} incarnation {ev.inc}: "
@@ -335,6 +451,10 @@ class Checker:
             "offsets": self.offsets.to_doc(),
             "txns": self.txns.to_doc(t),
             "unconfirmed": self.unconfirmed.to_doc(),
+            "topics": self.topics.to_doc(),
+            "recorded_log_start": [[tid, p, off] for (tid, p), off in self.recorded_log_start.items()],
+            "current_ids": self.current_ids,
+            "ending": self._ending,
         }
         return {"version": DOC_VERSION, "classes": t.to_doc(), **body}
 
@@ -363,4 +483,8 @@ class Checker:
         ck.offsets = OffsetsFamily.from_doc(doc["offsets"], ck.class_of)
         ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets, t)
         ck.unconfirmed = UnconfirmedFamily.from_doc(doc["unconfirmed"], settings.settle_offsets)
+        ck.topics = TopicAttribution.from_doc(doc["topics"])
+        ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
+        ck.current_ids = dict(doc["current_ids"])
+        ck._ending = dict(doc["ending"])
         return ck

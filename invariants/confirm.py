@@ -72,6 +72,12 @@ class Pending:
             if c.key == key and c.epoch < epoch:
                 c.need = subtract(c.need, lo, hi)
 
+    def below_log_start(self, key: ViewKey, log_start: int) -> None:
+        """Offsets below the log start can never be read again: nothing more to wait for there."""
+        for c in self.items:
+            if c.key == key:
+                c.need = subtract(c.need, 0, log_start)
+
     def take_ready(self) -> list[Candidate]:
         ready = [c for c in self.items if not c.need]
         if ready:

@@ -13,15 +13,26 @@ entry is a detectable gap), the writer's clock ``ts_us``, and a body:
 ``Outcomes``    run-length encoded outcomes: seq ``first_seq + i`` got ``first_offset + i``
                 (offset -1 unless acked), with the transaction id of the writes (0: none)
 ``TxnEnd``      a transaction's outcome (``committed``/``aborted`` only when that call returned)
-``Checkpoint``  every few seconds: the topic and its settings as observed now, the writes still
-                waiting for an outcome and the open transaction — so a reader that joins in the
-                middle of the ledger (retention trimmed its head) knows where the writer stands
+``Checkpoint``  every few seconds: the topic and its settings as observed now (with each
+                partition's log start offset), the writes still waiting for an outcome and the
+                open transaction — so a reader that joins in the middle of the ledger
+                (retention trimmed its head) knows where the writer stands
+``Init``        the writer is about to initialise its producer (InitProducerId /
+                ``init_transactions``): until its next intent it is stuck there if it stays
+``Retire``      written by ``vigil retire``, not by a writer: the topic ID is retired on purpose;
+                its writes are no longer expected anywhere
 ``Stop``        clean shutdown: every intent of this incarnation has an outcome
 
-On the wire an entry is one JSON object (``{"v": 2, "instance", "writer_id", "inc", "n",
+On the wire an entry is one JSON object (``{"v": 3, "instance", "writer_id", "inc", "n",
 "ts_us", "kind", ...body}``; outcome runs are compact lists). Version 1 entries (Vigil 0.1:
-no topic settings, no checkpoints, no transaction id on outcome runs) are still read. JSON is not I/O: encoding and
-decoding are pure. :func:`decode` returns a :class:`LedgerEntry` or raises
+no topic settings, no checkpoints, no transaction id on outcome runs) and version 2 entries (no
+log starts, no ``init``/``retire``) are still read. JSON is not I/O: encoding and decoding are
+pure.
+
+``ts_us`` is the writer's clock. The time that counts for durations is the broker's: the ledger
+topic is created with ``message.timestamp.type=LogAppendTime``, and whoever reads an entry passes
+the record's timestamp to :func:`decode` as ``append_ts_us`` (not part of the encoded entry;
+:attr:`LedgerEntry.time_us` falls back to the writer's clock where it is unknown). :func:`decode` returns a :class:`LedgerEntry` or raises
 :class:`LedgerFormatError` saying what is wrong (an entry of an unknown version names it);
 callers count those as malformed and carry on.
 """
@@ -35,8 +46,8 @@ from typing import Any, Union
 
 from invariants.errors import VigilError
 
-LEDGER_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+LEDGER_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class WriteOutcome(str, enum.Enum):
@@ -93,11 +104,15 @@ class TopicSettings:
 
 @dataclass(frozen=True, slots=True)
 class Start:
+    """A writer starts, or carries on on a changed topic (``replaces``: the topic ID it wrote to
+    before, which has vanished or been recreated; more partitions keep the ID)."""
+
     topic: str
     topic_id: str
     partitions: int
     settings: WriterSettings = field(default_factory=WriterSettings)
     topic_settings: TopicSettings | None = None
+    replaces: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +195,21 @@ class Checkpoint:
     topic_settings: TopicSettings | None
     pending: tuple[PendingWrites, ...] = ()
     open_txns: tuple[OpenTxn, ...] = ()
+    log_starts: tuple[int, ...] = ()  # per partition, the log start offset observed (empty: unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class Init:
+    """The writer is about to initialise its producer (InitProducerId, ``init_transactions``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """``vigil retire``: this topic ID is retired on purpose (deleting it breaks no promise)."""
+
+    topic: str
+    topic_id: str
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +217,9 @@ class Stop:
     pass
 
 
-Body = Union[Start, Intent, Outcomes, TxnEnd, Checkpoint, Stop]
+Body = Union[Start, Intent, Outcomes, TxnEnd, Checkpoint, Init, Retire, Stop]
 KINDS: dict[type, str] = {Start: "start", Intent: "intent", Outcomes: "outcomes", TxnEnd: "txn",
-                          Checkpoint: "checkpoint", Stop: "stop"}
+                          Checkpoint: "checkpoint", Init: "init", Retire: "retire", Stop: "stop"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +228,16 @@ class LedgerEntry:
     n: int
     ts_us: int
     body: Body
+    append_ts_us: int = 0  # the broker's append time of the ledger record (0: unknown); not encoded
 
     @property
     def kind(self) -> str:
         return KINDS[type(self.body)]
+
+    @property
+    def time_us(self) -> int:
+        """When the entry was appended, by the broker's clock where known (else the writer's)."""
+        return self.append_ts_us or self.ts_us
 
 
 # -- encoding --------------------------------------------------------------------------------
@@ -230,8 +266,11 @@ def _ranges_json(writes: tuple[WriteRange, ...]) -> list[list[int]]:
 
 def _body_json(body: Body) -> dict[str, Any]:
     if isinstance(body, Start):
-        return {"topic": body.topic, "topic_id": body.topic_id, "partitions": body.partitions,
-                "writer": _settings_json(body.settings), "topic_settings": _topic_json(body.topic_settings)}
+        out = {"topic": body.topic, "topic_id": body.topic_id, "partitions": body.partitions,
+               "writer": _settings_json(body.settings), "topic_settings": _topic_json(body.topic_settings)}
+        if body.replaces:
+            out["replaces"] = body.replaces
+        return out
     if isinstance(body, Intent):
         txn = None if body.txn is None else {"id": body.txn.id, "size": body.txn.size, "abort": body.txn.abort}
         return {"topic_id": body.topic_id, "writes": _ranges_json(body.writes), "txn": txn}
@@ -240,11 +279,13 @@ def _body_json(body: Body) -> dict[str, Any]:
                 "writer": _settings_json(body.settings), "topic_settings": _topic_json(body.topic_settings),
                 "pending": [[w.partition, w.first_seq, w.count, w.txn_id, w.intent_ts_us] for w in body.pending],
                 "open_txns": [{"id": t.id, "size": t.size, "abort": t.abort, "writes": _ranges_json(t.writes)}
-                              for t in body.open_txns]}
+                              for t in body.open_txns], "log_starts": list(body.log_starts)}
     if isinstance(body, Outcomes):
         return {"topic_id": body.topic_id, "runs": [_run_json(r) for r in body.runs]}
     if isinstance(body, TxnEnd):
         return {"id": body.id, "outcome": body.outcome.value, "error": body.error}
+    if isinstance(body, Retire):
+        return {"topic": body.topic, "topic_id": body.topic_id, "reason": body.reason}
     return {}
 
 
@@ -321,7 +362,8 @@ def _run(raw: Any) -> OutcomeRun:
 def _body(kind: str, obj: dict[str, Any]) -> Body:
     if kind == "start":
         return Start(_req(obj, "topic", str), _req(obj, "topic_id", str), _req(obj, "partitions", int),
-                     _settings(obj.get("writer")), _topic_settings(obj.get("topic_settings")))
+                     _settings(obj.get("writer")), _topic_settings(obj.get("topic_settings")),
+                     str(obj.get("replaces") or ""))
     if kind == "checkpoint":
         pending = tuple(PendingWrites(*_ints(w, 5, "checkpoint pending")) for w in _req(obj, "pending", list))
         txns = []
@@ -330,9 +372,11 @@ def _body(kind: str, obj: dict[str, Any]) -> Body:
                 raise LedgerFormatError(f"checkpoint open_txns: {t!r} is not an object")
             txns.append(OpenTxn(_req(t, "id", int), _req(t, "size", int), bool(t.get("abort")),
                                 _ranges(t.get("writes"), "checkpoint open txn writes")))
+        log_starts = obj.get("log_starts", [])
         return Checkpoint(_req(obj, "topic", str), _req(obj, "topic_id", str), _req(obj, "partitions", int),
                           _settings(obj.get("writer")), _topic_settings(obj.get("topic_settings")), pending,
-                          tuple(txns))
+                          tuple(txns), tuple(_ints(log_starts, len(log_starts) if isinstance(log_starts, list) else 0,
+                                                   "checkpoint log_starts")))
     if kind == "intent":
         writes = _ranges(_req(obj, "writes", list), "intent write")
         raw_txn = obj.get("txn")
@@ -353,11 +397,16 @@ def _body(kind: str, obj: dict[str, Any]) -> Body:
         return TxnEnd(_req(obj, "id", int), outcome, error if isinstance(error, str) else None)
     if kind == "stop":
         return Stop()
+    if kind == "init":
+        return Init()
+    if kind == "retire":
+        return Retire(_req(obj, "topic", str), _req(obj, "topic_id", str), str(obj.get("reason") or ""))
     raise LedgerFormatError(f"unknown entry kind {kind!r}")
 
 
-def decode(value: bytes | None) -> LedgerEntry:
-    """The entry in ``value``; :class:`LedgerFormatError` says why it is not one."""
+def decode(value: bytes | None, append_ts_us: int = 0) -> LedgerEntry:
+    """The entry in ``value``; :class:`LedgerFormatError` says why it is not one. ``append_ts_us``:
+    the ledger record's timestamp (the broker's append time on a ``LogAppendTime`` topic)."""
     if not value:
         raise LedgerFormatError("empty value")
     try:
@@ -371,4 +420,5 @@ def decode(value: bytes | None) -> LedgerEntry:
         raise LedgerFormatError(f"ledger entry version {version!r} is not readable by this Vigil "
                                 f"(it reads versions {', '.join(map(str, READABLE_VERSIONS))})")
     writer = WriterRef(_req(obj, "instance", str), _req(obj, "writer_id", int), _req(obj, "inc", int))
-    return LedgerEntry(writer, _req(obj, "n", int), _req(obj, "ts_us", int), _body(_req(obj, "kind", str), obj))
+    return LedgerEntry(writer, _req(obj, "n", int), _req(obj, "ts_us", int), _body(_req(obj, "kind", str), obj),
+                       max(0, append_ts_us))

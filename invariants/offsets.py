@@ -147,6 +147,14 @@ class OffsetsFamily:
         if done:
             self.rewritten[part] = {o for o in done if o >= cut}
 
+    def forget_topic(self, topic_id: str) -> None:
+        """A topic ID that is gone: nothing of it is judged any more (its rewrite count stays)."""
+        for table in (self.records, self.readers, self.rewritten):
+            for part in [k for k in table if k[0] == topic_id]:
+                del table[part]
+        self.flagged = {k: v for k, v in self.flagged.items() if k.topic_id != topic_id}
+        self.parked = [(k, o) for k, o in self.parked if k.topic_id != topic_id]
+
     def to_doc(self) -> dict[str, Any]:
         return {
             "records": [[tid, p, off, [list(i) for i in ids]] for (tid, p), offs in self.records.items()

@@ -155,6 +155,14 @@ class SequenceFamily:
         self.candidates.forget_below(key, v.forgotten_below)
         self.parked = [(k, d) for k, d in self.parked if k != key or _remembered(v, d)]
 
+    def forget_topic(self, topic_id: str) -> None:
+        """A topic ID that is gone: nothing of it is judged any more."""
+        for table in (self.max_seq, self.duplicates):
+            for key in [k for k in table if k.topic_id == topic_id]:
+                del table[key]
+        self.candidates.items = [c for c in self.candidates.items if c.key.topic_id != topic_id]
+        self.parked = [(k, d) for k, d in self.parked if k.topic_id != topic_id]
+
     def to_doc(self) -> dict[str, Any]:
         return {"max_seq": [[key.to_doc(), [[wid, inc, s, o] for (wid, inc), (s, o) in tops.items()]]
                             for key, tops in self.max_seq.items()],

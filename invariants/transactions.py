@@ -35,6 +35,10 @@ set of its writes is not known.
 **Classes.** ``guaranteed`` on a durable topic (replication factor >= 3, ``min.insync.replicas``
 >= 2, no unclean election), else ``at_risk`` (:mod:`invariants.promises`).
 
+**Topics that vanish.** A transaction on a topic ID that is gone is not judged ``partial_txn``
+(nothing of it can be read any more); its acknowledged writes are judged as the topic's
+(:mod:`invariants.acked_writes`).
+
 **Horizon.** A transaction is remembered until both readers have read ``horizon_offsets`` past
 its known offsets (and past where they were when it was decided): a write of an aborted one that
 timed out may still have landed and be read later, a committed one may still be truncated.
@@ -43,7 +47,7 @@ timed out may still have landed and be read later, a committed one may still be 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from invariants.accounting import TxnDecided, TxnWriteAcked
 from invariants.catalog import Invariant
@@ -223,7 +227,10 @@ class TransactionsFamily:
     # -- judging ---------------------------------------------------------------------------
 
     def judge(self, view: Callable[[Isolation, str, int], PartitionView],
-              log_start: Callable[[str, int], int] = lambda _t, _p: 0) -> list[Violation]:
+              log_start: Callable[[str, int], int] = lambda _t, _p: 0,
+              gone: Container[str] = ()) -> list[Violation]:
+        """``gone``: topic IDs no longer read; a transaction on one is never judged, and is dropped
+        once decided (its acknowledged writes are judged as the topic's)."""
         out: list[Violation] = []
         for tkey in sorted(self.judge_queue):
             t = self.txns.get(tkey)
@@ -231,6 +238,10 @@ class TransactionsFamily:
                 self.judge_queue.discard(tkey)
                 continue
             if t.outcome is TxnOutcome.PENDING or t.undecided_writes:
+                continue
+            if any(w.topic_id in gone for w in (*t.writes, *t.acked)):
+                self.judge_queue.discard(tkey)
+                del self.txns[tkey]
                 continue
             tops = t.max_acked()
             rc_past = all(view(RC, tid, p).frontier > top for (tid, p), top in tops.items())

@@ -69,6 +69,9 @@ class UnconfirmedFamily:
                 kept.append([a, b])
         self.waiting[key][writer] = kept
 
+    def forget_topic(self, topic_id: str) -> None:
+        self.waiting = {k: v for k, v in self.waiting.items() if k.topic_id != topic_id}
+
     def to_doc(self) -> dict[str, Any]:
         return {"missing": {iso.value: n for iso, n in self.missing.items()},
                 "waiting": [[k.to_doc(), [[wid, inc, rs] for (wid, inc), rs in ws.items() if rs]]

@@ -13,7 +13,9 @@ every write ever announced and what became of it. Both read the same typed entri
 * only writers of the watched canary topics count (named by a ``start``/``checkpoint`` entry, or
   writing to a topic ID such an entry named);
 * a write whose intent was never seen is a transaction's write when its outcome run says so;
-* each write is classed by its writer's settings and the topic settings it last recorded.
+* each write is classed by its writer's settings and the topic settings it last recorded;
+* topic IDs: which ones each name stood for, the log starts the writers recorded for them, which
+  ones a writer found replaced (a ``start`` with ``replaces``), and which were retired.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from invariants.ledger_format import (
-    Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Start, Stop, TopicSettings, TxnEnd, TxnOutcome,
-    WriteOutcome, decode,
+    Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd,
+    TxnOutcome, WriteOutcome, decode,
 )
 from invariants.model import TxnKey, WriteKey
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
@@ -80,6 +82,10 @@ class LedgerBook:
         self.writes: dict[WriteKey, WriteState] = {}
         self.txns: dict[TxnKey, TxnState] = {}
         self.malformed = 0
+        self.topic_ids: dict[str, set[str]] = {}  # name -> every ID it stood for
+        self.log_starts: dict[tuple[str, int], int] = {}  # (topic ID, partition) -> highest recorded
+        self.replaced: set[str] = set()  # IDs a writer found gone
+        self.retired: set[str] = set()
 
     def apply_raw(self, value: bytes | None) -> None:
         try:
@@ -91,7 +97,7 @@ class LedgerBook:
 
     def _counts(self, w: WriterLedger, e: LedgerEntry) -> bool:
         body = e.body
-        if isinstance(body, (Start, Checkpoint)):
+        if isinstance(body, (Start, Checkpoint, Retire)):
             w.watched = self.watched is None or body.topic in self.watched
             if w.watched:
                 self.watched_ids.add(body.topic_id)
@@ -116,9 +122,19 @@ class LedgerBook:
             w.topic_id = body.topic_id
             w.cls = classify(body.settings, body.topic_settings)
             w.announced = True
+            self.topic_ids.setdefault(body.topic, set()).add(body.topic_id)
             if body.topic_settings is not None:
                 self.topic_settings[body.topic_id] = body.topic_settings
+        if isinstance(body, Checkpoint):
+            for p, off in enumerate(body.log_starts):
+                self.log_starts[(body.topic_id, p)] = max(off, self.log_starts.get((body.topic_id, p), 0))
+        if isinstance(body, Retire):
+            self.topic_ids.setdefault(body.topic, set()).add(body.topic_id)
+            self.retired.add(body.topic_id)
         if isinstance(body, Start):
+            if body.replaces:
+                self.topic_ids[body.topic].add(body.replaces)
+                self.replaced.add(body.replaces)
             self._close_predecessors(w.instance, inc)
         elif isinstance(body, Checkpoint) and w.awaiting_checkpoint:
             self._join(w, body)
@@ -197,6 +213,16 @@ class LedgerBook:
             if (w.writer_id, w.incarnation) == (writer_id, inc) and w.watched and w.announced:
                 return w.cls
         return None
+
+    def gone(self, now: dict[str, str | None] | None = None) -> dict[str, str]:
+        """Topic IDs no longer read -> why (``retired``, else ``vanished``): retired ones, replaced
+        ones, and — given ``now``, the ID each watched name has now (None: the topic is missing) —
+        every other ID those names stood for."""
+        out = {tid: "vanished" for tid in self.replaced}
+        for name, current in (now or {}).items():
+            out.update({tid: "vanished" for tid in self.topic_ids.get(name, set()) if tid != current})
+        out.update({tid: "retired" for tid in self.retired})
+        return out
 
     def by_outcome(self) -> dict[WriteOutcome, int]:
         counts: dict[WriteOutcome, int] = {o: 0 for o in WriteOutcome}

@@ -9,6 +9,11 @@ tests and the integration tests compare them). Liveness invariants (``stalled_po
 ``lso_stuck``, ``producer_stalled``) are judged on time and are not recomputed here, except
 the ledger's view of hanging transactions (see :func:`hanging_transactions`).
 
+A topic ID that is gone (:meth:`monitor.audit.book.LedgerBook.gone`: retired, found replaced by a
+writer, or not the ID its name has now) has nothing left to read: its acknowledged writes are
+``lost_write`` (``topic_vanished``) at or above the last log start the writers recorded for their
+partition, expired below it, and all expired (``retired``) if it was retired.
+
 What the final log cannot show: an offset that held one record when a reader read it and
 another later (``inconsistent_offset`` across time), and that a lost write had been read before
 it vanished (the live checker classes such a loss by the topic's unclean-election setting, the
@@ -17,7 +22,7 @@ audit by the write's own class). Where they differ, the live evidence shows what
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -45,7 +50,7 @@ class AuditResult:
     examples: dict[tuple[Invariant, Isolation], list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     records_checked: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
     lost_by_writer: dict[tuple[str, Isolation, Durability], int] = field(default_factory=lambda: defaultdict(int))
-    expired_unread: int = 0
+    expired: Counter = field(default_factory=Counter)  # reason -> writes
     aborted_allowed: int = 0
     undecided: int = 0
     unconfirmed_missing: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
@@ -59,6 +64,10 @@ class AuditResult:
         if len(self.examples[(inv, iso)]) < 5:
             self.examples[(inv, iso)].append({**example, "durability": promise.durability.value,
                                               "reason": promise.reason})
+
+    @property
+    def expired_unread(self) -> int:
+        return sum(self.expired.values())
 
     def count(self, inv: Invariant, iso: Isolation) -> int:
         return sum(n for (i, s, _d), n in self.counts.items() if i is inv and s is iso)
@@ -75,7 +84,9 @@ class AuditResult:
 
 
 def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
-          log_start: dict[tuple[str, int], int] | None = None, watched: Iterable[str] | None = None) -> AuditResult:
+          log_start: dict[tuple[str, int], int] | None = None, watched: Iterable[str] | None = None,
+          topic_ids_now: dict[str, str | None] | None = None) -> AuditResult:
+    """``topic_ids_now``: the ID each watched topic name has now (None: missing), when known."""
     book = LedgerBook(watched)
     for e in ledger_entries:
         book.apply(e)
@@ -101,7 +112,7 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
 
     _duplicates_and_reorders(res, book, at, where)
     _inconsistent(res, book, at)
-    _acked_writes(res, book, at, where, settle, log_start)
+    _acked_writes(res, book, at, where, settle, log_start, book.gone(topic_ids_now))
     _unconfirmed(res, book, where, settle)
     _transactions(res, book, reads, at, log_start)
     res.writers_joined_mid_stream = sum(1 for w in book.writers.values() if w.watched and w.joined_mid_stream)
@@ -151,7 +162,7 @@ def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
 
 
 def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
-                  log_start: dict[tuple[str, int], int]) -> None:
+                  log_start: dict[tuple[str, int], int], gone: dict[str, str]) -> None:
     bounds = {iso: {part: (min(offs), max(offs) + 1) for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
     for wkey, st in book.writes.items():
         if st.outcome is not WriteOutcome.ACKED:
@@ -161,6 +172,17 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
         ident, o = wkey.ident, st.offset
         for iso in (RC, RU):
             if not _expected_in(iso, txn.outcome if txn else None):
+                continue
+            if tid in gone:
+                L = book.log_starts.get((tid, p), 0)
+                if gone[tid] == "retired":
+                    res.expired["retired"] += 1
+                elif o < L:
+                    res.expired["log_start"] += 1
+                else:
+                    res.add(Invariant.LOST_WRITE, iso, promise=st.cls.acked, writer_name=st.cls.writer,
+                            topic_id=tid, partition=p, writer=(wid, inc), seq=seq, acked_offset=o,
+                            cause="topic_vanished")
                 continue
             offsets_read = at[iso].get((tid, p), {})
             if not offsets_read:
@@ -172,7 +194,7 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
             if frontier <= o:
                 res.undecided += 1
             elif o < start:
-                res.expired_unread += 1
+                res.expired["below_first_read"] += 1
             elif o == 0 and offsets_read.get(0) != ident:
                 res.add(Invariant.ZERO_OFFSET, iso, **ex)
                 if found:
@@ -183,7 +205,7 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
                 res.add(Invariant.OFFSET_MISMATCH, iso, **ex)
             elif frontier >= o + settle:
                 if o < log_start.get((tid, p), 0):
-                    res.expired_unread += 1
+                    res.expired["log_start"] += 1
                 else:
                     res.add(Invariant.LOST_WRITE, iso, promise=st.cls.acked, writer_name=st.cls.writer, **ex)
             else:

@@ -7,9 +7,11 @@ itself (it goes back only when the log end falls below its position at planning 
 watch reads them here, with one confluent-kafka consumer per isolation level, and hands the
 records and the range they cover back to the checker.
 
-A range is read from ``lo`` until the consumer's position reaches ``hi`` or the end it may read
-(high watermark, or last stable offset for ``read_committed``), within a time budget; what was
-covered is what the checker may judge. A broker that does not answer leaves the range wanted.
+A range is read from ``lo`` (or the partition's log start, if that is above: what retention deleted
+is not "no record" but nothing to compare) until the consumer's position reaches ``hi`` or the end
+it may read (high watermark, or last stable offset for ``read_committed``), within a time budget;
+what was covered is what the checker may judge. A broker that does not answer leaves the range
+wanted.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Refetcher:
 
     def read(self, iso: Isolation, topic: str, partition: int, lo: int, hi: int) -> RangeRead:
         c = self._consumer(iso)
+        low, _high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.budget_s)
+        lo = max(lo, low)
+        if lo >= hi:
+            return RangeRead([], lo, lo)
         c.assign([TopicPartition(topic, partition, lo)])
         offsets, values = [], []
         reached = lo

@@ -10,6 +10,10 @@ for, and monitor restarts. Steps interleave at random.
 
 It also keeps the truth the tests hold the checker against, independently of it: what each reader
 read at each offset over time (the recorder), and which records it knew to be acknowledged where.
+
+The topic can be recreated under its name (:meth:`Sim.recreate`): a new topic ID with empty logs,
+which the writers notice (a ``start`` that ``replaces`` the old ID) or not, and the prober sees
+(:meth:`Checker.note_topic`). Readers read by *name*, as Spark does.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ UNCLEAN = TopicSettings(3, 1, True)
 @dataclass
 class Slot:
     ident: tuple  # (writer_id, inc, seq)
+    intent_at: int = 0  # how much of the ledger existed once its intent was written
 
 
 class SimWriter:
@@ -51,7 +56,9 @@ class SimWriter:
         self.seq: Counter[int] = Counter()
         self.topic_settings = topic_settings
         self.settings = WriterSettings(f"w{self.wid}")
-        self.entry(Start(TOPIC, TOPIC, sim.partitions, self.settings, topic_settings))
+        self.tid = sim.tid
+        self.entry(Start(TOPIC, sim.tid, sim.partitions, self.settings, topic_settings))
+        sim.writers.append(self)
 
     def entry(self, body: Body) -> None:
         self.sim.ledger.append(LedgerEntry(WriterRef(f"w{self.wid}", self.wid, 1), self.n, 1000 + self.n, body))
@@ -61,17 +68,26 @@ class SimWriter:
         """k records appended to partition p, acked where they landed: [(ident, offset)]."""
         first = self.seq[p]
         self.seq[p] += k
-        self.entry(Intent(TOPIC, (WriteRange(p, first, k),)))
+        self.entry(Intent(self.tid, (WriteRange(p, first, k),)))
         log = self.sim.logs[p]
         offs = []
         for s in range(first, first + k):
             offs.append(len(log))
-            log.append(Slot((self.wid, 1, s)))
-        self.entry(Outcomes(TOPIC, (OutcomeRun(p, first, k, WriteOutcome.ACKED, offs[0], 1, 2),)))
+            log.append(Slot((self.wid, 1, s), len(self.sim.ledger)))
+        self.entry(Outcomes(self.tid, (OutcomeRun(p, first, k, WriteOutcome.ACKED, offs[0], 1, 2),)))
+        self.sim.acked.append((self.tid, p, offs[0], k))
         return [((self.wid, 1, first + i), o) for i, o in enumerate(offs)]
 
+    def notice(self) -> None:
+        """The writer finds its topic recreated and carries on there (with growing seqs)."""
+        if self.tid != self.sim.tid:
+            old, self.tid = self.tid, self.sim.tid
+            self.entry(Start(TOPIC, self.tid, self.sim.partitions, self.settings, self.topic_settings, old))
+
     def checkpoint(self) -> None:
-        self.entry(Checkpoint(TOPIC, TOPIC, self.sim.partitions, self.settings, self.topic_settings))
+        starts = tuple(self.sim.log_start[p] for p in range(self.sim.partitions)) if self.tid == self.sim.tid else ()
+        self.entry(Checkpoint(TOPIC, self.tid, self.sim.partitions, self.settings, self.topic_settings,
+                              log_starts=starts))
 
     def stop(self) -> None:
         self.entry(Stop())
@@ -84,6 +100,9 @@ class Sim:
     settings: Settings = field(default_factory=lambda: Settings(settle_offsets=4, horizon_offsets=1_000_000))
     resume_lower: bool = False
     restart_p: float = 0.1
+    # a batch holds the intent of every record it holds (Spark plans the ledger source after the
+    # canary's, and an intent is durable before its send); else the ledger may lag at random
+    intents_first: bool = False
     logs: dict[int, list[Slot | None]] = field(default_factory=dict)
     log_start: dict[int, int] = field(default_factory=dict)
     ledger: list[LedgerEntry] = field(default_factory=list)
@@ -92,6 +111,12 @@ class Sim:
     seen_end: dict[int, int] = field(default_factory=dict)
     observed: dict[tuple, set] = field(default_factory=dict)  # (iso, p, offset) -> records read there
     checker: Checker = None  # type: ignore[assignment]
+    tid: str = TOPIC  # the topic ID the name has now
+    writers: list = field(default_factory=list)
+    acked: list = field(default_factory=list)  # (topic id, partition, first offset, count) of every ack
+    generations: int = 0
+    seen_change_at: int = 0  # how much of the ledger existed when the runtime last looked the topic up
+    violations: list = field(default_factory=list)  # every verdict the checker returned
 
     def __post_init__(self) -> None:
         self.logs = {p: [] for p in range(self.partitions)}
@@ -112,27 +137,58 @@ class Sim:
         end = min(at + k, len(log))
         reads = [Read(o, log[o].ident) for o in range(at, end) if log[o] is not None]
         self.pos[(iso, p)] = end
+        if reads and self.intents_first:
+            self.deliver(max(log[o].intent_at for o in range(at, end) if log[o] is not None) - self.delivered)
         if reads:
             self._observe(iso, p, reads)
-            self.checker.apply_reads(iso, TOPIC, p, reads)
+            if not self.checker.apply_named_reads(iso, TOPIC, p, reads, self.describe):
+                self.checker.note_topic(TOPIC, self.describe(TOPIC))  # a name it knows nothing of
+                assert self.checker.apply_named_reads(iso, TOPIC, p, reads, self.describe)
 
     def deliver(self, k: int) -> None:
+        """Ledger entries reach the checker; once every entry written before the runtime last saw
+        the topic change has, a new micro-batch begins (Spark's next batch holds them all)."""
+        if k <= 0:
+            return
         chunk = self.ledger[self.delivered:self.delivered + k]
         self.delivered += len(chunk)
+        if self.delivered >= self.seen_change_at:
+            self.checker.begin_batch()
         self.checker.apply_ledger(chunk)
 
+    def describe(self, _name: str) -> str:
+        """The runtime's metadata lookup of the topic's ID now."""
+        self.seen_change_at = len(self.ledger)
+        return self.tid
+
     def probe(self) -> None:
-        """The prober: log starts, and log ends seen going backwards."""
+        """The prober: the topic's ID now, log starts, and log ends seen going backwards."""
+        self.checker.note_topic(TOPIC, self.describe(TOPIC))
         for p in range(self.partitions):
             end = len(self.logs[p])
             if end < self.seen_end[p]:
-                self.checker.suspect(TOPIC, p, end, self.seen_end[p])
+                self.checker.suspect(self.tid, p, end, self.seen_end[p])
             self.seen_end[p] = end
             if self.log_start[p]:
-                self.checker.set_log_start(TOPIC, p, self.log_start[p])
+                self.checker.set_log_start(self.tid, p, self.log_start[p])
+
+    def recreate(self, writers_notice: bool = True) -> str:
+        """The topic is deleted and created again under its name: a new ID, empty logs."""
+        old = self.tid
+        self.generations += 1
+        self.tid = f"{TOPIC}-g{self.generations}"
+        self.logs = {p: [] for p in range(self.partitions)}
+        self.log_start = {p: 0 for p in range(self.partitions)}
+        self.seen_end = {p: 0 for p in range(self.partitions)}
+        if writers_notice:
+            for w in self.writers:
+                w.notice()
+        return old
 
     def refetch(self) -> None:
         for w in self.checker.refetch_wanted():
+            if w.topic_id != self.tid:
+                continue  # a topic that is gone cannot be read again
             log = self.logs[w.partition]
             hi = min(w.hi, len(log))
             lo = max(w.lo, self.log_start[w.partition])
@@ -141,7 +197,10 @@ class Sim:
             for iso in READERS:
                 reads = [Read(o, log[o].ident) for o in range(lo, hi) if log[o] is not None]
                 self._observe(iso, w.partition, reads)
-                self.checker.apply_reads(iso, TOPIC, w.partition, reads, covered=(lo, hi))
+                self.checker.apply_reads(iso, self.tid, w.partition, reads, covered=(lo, hi))
+
+    def settle(self) -> None:
+        self.violations.extend(self.checker.settle())
 
     def restart(self) -> None:
         self.checker = Checker.from_doc(json.loads(json.dumps(self.checker.to_doc())), self.settings)
@@ -161,7 +220,7 @@ class Sim:
             self.probe()
         else:
             self.refetch()
-        self.checker.settle()
+        self.settle()
         if self.rng.random() < self.restart_p:
             self.restart()
 
@@ -176,25 +235,26 @@ class Sim:
                 while self.pos[(iso, p)] < len(self.logs[p]) or (self.resume_lower and
                                                                   self.pos[(iso, p)] > len(self.logs[p])):
                     self.read(iso, p, 8)
-                    self.checker.settle()
+                    self.settle()
 
     def finish(self) -> None:
         """Everything delivered, read, probed and re-fetched until the checker asks for nothing."""
         self.deliver(len(self.ledger))
         self.catch_up()
         self.probe()
+        self.checker.begin_batch()  # the next (empty) batch: everything was delivered
         for _ in range(10):
-            self.checker.settle()
+            self.settle()
             if not self.checker.refetch_wanted():
                 break
             self.refetch()
-        self.checker.settle()
+        self.settle()
 
     # -- the truth -------------------------------------------------------------------------
 
     def final_reads(self, iso: Isolation) -> dict[tuple[str, int], list[tuple[int, Any, int]]]:
         """What a reader of the final log returns (the audit's input)."""
-        return {(TOPIC, p): [(o, s.ident, 0) for o, s in enumerate(log) if s is not None and o >= self.log_start[p]]
+        return {(self.tid, p): [(o, s.ident, 0) for o, s in enumerate(log) if s is not None and o >= self.log_start[p]]
                 for p, log in self.logs.items()}
 
     def inconsistent_truth(self) -> Counter:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from invariants.ledger_format import (
     LEDGER_VERSION, Checkpoint, Intent, LedgerEntry, LedgerFormatError, OpenTxn, OutcomeRun, Outcomes, PendingWrites,
-    Start, Stop, TopicSettings, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterRef, WriterSettings,
+    Init, Retire, Start, Stop, TopicSettings, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterRef, WriterSettings,
     decode, encode,
 )
 
@@ -18,9 +18,10 @@ BODIES = {
     "start": Start("vigil-canary", "AbCdEf", 3, WriterSettings("idem", "canary", "1", False, False, 20000),
                    TopicSettings(3, 2, False)),
     "start_unknown_topic": Start("vigil-canary", "AbCdEf", 3, WriterSettings("idem"), None),
+    "start_on_a_recreated_topic": Start("vigil-canary", "GhIjKl", 4, WriterSettings("idem"), None, replaces="AbCdEf"),
     "checkpoint": Checkpoint("vigil-canary", "AbCdEf", 3, WriterSettings("txn", transactional=True),
                              TopicSettings(1, 1, True), (PendingWrites(0, 7, 2, 4, 99),),
-                             (OpenTxn(4, 3, False, (WriteRange(0, 7, 2), WriteRange(1, 3, 1))),)),
+                             (OpenTxn(4, 3, False, (WriteRange(0, 7, 2), WriteRange(1, 3, 1))),), (0, 120, 7)),
     "intent": Intent("AbCdEf", (WriteRange(0, 10, 3), WriteRange(2, 4, 1))),
     "intent_txn": Intent("AbCdEf", (WriteRange(1, 0, 4),), TxnInfo(9, 4, True)),
     "outcomes": Outcomes("AbCdEf", (OutcomeRun(0, 10, 3, WriteOutcome.ACKED, 500, 1, 2),
@@ -28,6 +29,8 @@ BODIES = {
                                     OutcomeRun(1, 0, 4, WriteOutcome.ACKED, 9, 1, 3, None, 12))),
     "txn": TxnEnd(9, TxnOutcome.ABORTED, None),
     "txn_indeterminate": TxnEnd(10, TxnOutcome.INDETERMINATE, "_FENCED"),
+    "init": Init(),
+    "retire": Retire("vigil-canary", "AbCdEf", "moving to a new cluster"),
     "stop": Stop(),
 }
 
@@ -38,6 +41,21 @@ def test_every_entry_kind_round_trips(name):
     back = decode(encode(entry))
     assert back == entry and type(back.body) is type(entry.body)
     assert json.loads(encode(entry))["v"] == LEDGER_VERSION
+
+
+def test_the_broker_append_time_comes_with_the_record_not_the_encoding():
+    entry = LedgerEntry(WRITER, 3, 1_000, Stop())
+    assert "append" not in encode(entry).decode()
+    back = decode(encode(entry), append_ts_us=5_000)
+    assert back.append_ts_us == 5_000 and back.time_us == 5_000
+    assert decode(encode(entry)).time_us == 1_000  # unknown: the writer's clock
+
+
+def test_version_2_entries_still_decode():
+    cp = (b'{"v":2,"instance":"h","writer_id":3,"inc":2,"n":4,"ts_us":5,"kind":"checkpoint","topic":"c",'
+          b'"topic_id":"T","partitions":2,"writer":{"name":"w"},"topic_settings":null,"pending":[],"open_txns":[]}')
+    body = decode(cp).body
+    assert isinstance(body, Checkpoint) and body.log_starts == ()
 
 
 def test_the_encoder_takes_only_entry_dataclasses():
@@ -51,8 +69,8 @@ def test_the_encoder_takes_only_entry_dataclasses():
 
 def test_an_entry_of_another_version_names_the_version():
     raw = json.loads(encode(LedgerEntry(WRITER, 0, 0, Stop())))
-    raw["v"] = 3
-    with pytest.raises(LedgerFormatError, match="version 3 is not readable.*reads versions 1, 2"):
+    raw["v"] = 4
+    with pytest.raises(LedgerFormatError, match="version 4 is not readable.*reads versions 1, 2, 3"):
         decode(json.dumps(raw).encode())
 
 
@@ -62,6 +80,10 @@ def test_an_entry_of_another_version_names_the_version():
     (b'{"v": 1, "instance": "i", "writer_id": 1, "inc": 1, "n": 0, "ts_us": 0, "kind": "nope"}', "unknown entry kind"),
     (b'{"v": 1, "instance": "i", "writer_id": 1, "inc": 1, "n": 0, "ts_us": 0, "kind": "outcomes", "topic_id": "T",'
      b' "runs": [[0, 0, 1, "lost", 5, 1, 2, null]]}', "unknown outcome"),
+    (b'{"v": 3, "instance": "i", "writer_id": 1, "inc": 1, "n": 0, "ts_us": 0, "kind": "checkpoint", "topic": "c",'
+     b' "topic_id": "T", "partitions": 1, "pending": [], "open_txns": [], "log_starts": ["x"]}', "log_starts"),
+    (b'{"v": 3, "instance": "i", "writer_id": 1, "inc": 1, "n": 0, "ts_us": 0, "kind": "retire", "topic": "c"}',
+     "topic_id"),
 ])
 def test_what_is_not_an_entry_is_refused_with_the_reason(raw, why):
     with pytest.raises(LedgerFormatError, match=why):

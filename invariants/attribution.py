@@ -1,0 +1,125 @@
+"""Which topic ID a record read under a topic name belongs to.
+
+Spark rows carry topic names; every verdict is keyed by topic ID, and a name can stand for
+several IDs over time (a topic deleted and recreated, by an operator or by writers that found it
+gone). The ID is never looked up by name when a batch arrives — the name may already point at a
+new topic while the batch holds records of the old one, or the other way round. Instead, per
+reader and partition (a *stream*), each batch's reads of the partition (one fetched range of one
+log, so of one topic) get one ID:
+
+1. **Content.** A canary record's (writer, incarnation, partition, seq) was intended for exactly
+   one topic ID (the ledger's intents, :meth:`invariants.accounting.LedgerFold.topic_of`): seqs
+   only grow, so a writer that moved to a new ID writes higher seqs there. Reads holding a
+   record of a *newer* ID than the stream's move the stream to it. Records of *older* IDs on a
+   stream already on a newer one are stragglers that landed in the new topic (a retry sent
+   before its writer noticed the change): they belong to where they were read.
+2. **Offsets going backwards** (Spark resuming lower: a truncated log, or a new, shorter one). A
+   stream whose ID is known to be gone moves to the newest ID known for the name; otherwise the
+   runtime is asked for the name's ID *now* (``fresh_id``, a metadata lookup made only then):
+   another ID than the stream's means the topic was recreated, the same one a truncation.
+3. A new stream starts at the newest of its reads' IDs by content and the name's ID now
+   (``fresh_id`` again: a monitor starting after a recreation, or a straggler read first).
+
+IDs of one name are ordered oldest first: by what replaced what (a writer's ``start`` names the
+ID it replaces; the runtime sees the current one), else by when they were first seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from invariants.model import Read, is_canary
+
+
+@dataclass
+class Stream:
+    topic_id: str
+    last_offset: int
+
+
+class TopicAttribution:
+    def __init__(self) -> None:
+        self.ids: dict[str, list[str]] = {}  # name -> topic IDs, oldest first
+        self.gone: dict[str, str] = {}  # topic ID -> why it is no longer read ("vanished", "retired")
+        self.streams: dict[tuple[str, str, int], Stream] = {}  # (isolation, name, partition)
+
+    def note(self, name: str, topic_id: str, after: str = "") -> bool:
+        """``topic_id`` is (or was) ``name``; ``after``: an ID it is known to be newer than.
+        True when the ID was not known before."""
+        ids = self.ids.setdefault(name, [])
+        new = topic_id not in ids
+        if after and after in ids and (new or ids.index(topic_id) < ids.index(after)):
+            if not new:
+                ids.remove(topic_id)
+            ids.insert(ids.index(after) + 1, topic_id)
+        elif new:
+            ids.append(topic_id)
+        return new
+
+    def name_of(self, topic_id: str) -> str:
+        return next((n for n, ids in self.ids.items() if topic_id in ids), "")
+
+    def newest(self, name: str) -> str | None:
+        ids = self.ids.get(name)
+        return ids[-1] if ids else None
+
+    def _newer(self, name: str, a: str, b: str) -> bool:
+        ids = self.ids.get(name, [])
+        return a in ids and b in ids and ids.index(a) > ids.index(b)
+
+    def attribute(self, iso: str, name: str, partition: int, reads: Sequence[Read],
+                  topic_of: Callable[[Read], str | None],
+                  fresh_id: Callable[[str], str | None] = lambda _n: None) -> str | None:
+        """The topic ID of ``reads`` (one reader's batch of one partition, offset order); None when
+        nothing is known of ``name``. ``topic_of``: a record's ID by its content; ``fresh_id``:
+        the name's ID now (asked only for a new stream and when offsets go backwards)."""
+        if not reads:
+            return None
+        key = (iso, name, partition)
+        content = None
+        for r in reads:
+            tid = topic_of(r) if is_canary(r.ident) else None
+            if tid is not None:
+                self.note(name, tid)
+                if content is None or self._newer(name, tid, content):
+                    content = tid
+        s = self.streams.get(key)
+        if s is None:
+            now = fresh_id(name)
+            if now is not None:
+                self.note(name, now)
+            choices = [t for t in (content, now) if t is not None]
+            tid = max(choices, key=self.ids[name].index) if choices else self.newest(name)
+            if tid is None:
+                return None
+            s = self.streams[key] = Stream(tid, reads[-1].offset)
+        elif content is not None and self._newer(name, content, s.topic_id):
+            s.topic_id = content
+        elif reads[0].offset <= s.last_offset:
+            s.topic_id = self._after_going_back(name, s.topic_id, fresh_id)
+        s.last_offset = reads[-1].offset
+        return s.topic_id
+
+    def _after_going_back(self, name: str, tid: str, fresh_id: Callable[[str], str | None]) -> str:
+        if tid in self.gone:
+            return self.newest(name) or tid
+        now = fresh_id(name)
+        if now is not None and now != tid:
+            self.note(name, now, after=tid)
+            return now
+        return tid
+
+    # -- durable form ----------------------------------------------------------------------
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"ids": self.ids, "gone": self.gone,
+                "streams": [[*k, s.topic_id, s.last_offset] for k, s in self.streams.items()]}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> "TopicAttribution":
+        a = cls()
+        a.ids = {n: list(ids) for n, ids in doc["ids"].items()}
+        a.gone = dict(doc["gone"])
+        a.streams = {(iso, name, p): Stream(tid, last) for iso, name, p, tid, last in doc["streams"]}
+        return a

@@ -1,0 +1,192 @@
+"""Topics that vanish, are recreated or retired, and reads attributed to topic IDs by name."""
+
+import json
+
+from invariants.attribution import TopicAttribution
+from invariants.checker import Checker
+from invariants.ledger_format import (
+    Checkpoint, Intent, LedgerEntry, OutcomeRun, Outcomes, Retire, Start, WriteOutcome, WriteRange, WriterRef,
+    WriterSettings,
+)
+from invariants.model import RC, RU, Read
+from monitor.audit.oracle import audit
+from tests.unit.invariants.tiny import SETTINGS
+
+W = WriterRef("w", 77, 1)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.entries: list[LedgerEntry] = []
+        self.seq = 0
+
+    def add(self, body, writer: WriterRef = W) -> "Ledger":
+        n = sum(1 for e in self.entries if e.writer == writer)
+        self.entries.append(LedgerEntry(writer, n, 1_000 + len(self.entries), body))
+        return self
+
+    def acked(self, tid: str, offsets: list[int], p: int = 0) -> list[tuple[int, tuple]]:
+        """Writes acked at ``offsets`` (consecutive seqs): [(offset, record)]."""
+        first = self.seq
+        self.seq += len(offsets)
+        self.add(Intent(tid, (WriteRange(p, first, len(offsets)),)))
+        self.add(Outcomes(tid, tuple(OutcomeRun(p, first + i, 1, WriteOutcome.ACKED, o, 1, 2)
+                                     for i, o in enumerate(offsets))))
+        return [(o, (77, 1, first + i)) for i, o in enumerate(offsets)]
+
+
+def reads(items):
+    return [Read(o, ident) for o, ident in items]
+
+
+def counts(ck: Checker) -> dict:
+    out: dict = {}
+    for (inv, iso, _d), n in ck.counts.items():
+        if n:
+            out[(inv.value, iso.value)] = out.get((inv.value, iso.value), 0) + n
+    return out
+
+
+def restarted(ck: Checker) -> Checker:
+    return Checker.from_doc(json.loads(json.dumps(ck.to_doc())), SETTINGS)
+
+
+# -- attribution -------------------------------------------------------------------------------
+
+
+def test_a_new_stream_starts_on_the_newest_id_of_its_content_and_the_names_id_now():
+    a = TopicAttribution()
+    assert a.attribute("rc", "c", 0, reads([(0, (1, 1, 0))]), lambda r: None) is None  # nothing known of "c"
+    a.note("c", "A")
+    a.note("c", "B", after="A")
+    content = {0: "A", 1: "A", 2: "B"}
+    assert a.attribute("rc", "c", 0, reads([(7, (1, 1, 0)), (8, (1, 1, 1))]), lambda r: content[r.ident[2]]) == "A"
+    assert a.attribute("rc", "c", 0, reads([(0, (1, 1, 2)), (1, ("x", 3, 4))]),
+                       lambda r: content.get(r.ident[2])) == "B"  # a newer ID by content
+    # a straggler of A read first on a new stream, while the name already points at B
+    assert a.attribute("ru", "c", 0, reads([(0, (1, 1, 1))]), lambda r: "A", lambda n: "B") == "B"
+
+
+def test_stragglers_of_an_old_id_read_on_the_new_topic_belong_to_the_new_one():
+    a = TopicAttribution()
+    a.note("c", "A")
+    a.note("c", "B", after="A")
+    content = {5: "B", 3: "A", 6: "B"}
+    assert a.attribute("ru", "c", 0, reads([(0, (1, 1, 5)), (1, (1, 1, 3))]), lambda r: content[r.ident[2]]) == "B"
+    assert a.attribute("ru", "c", 0, reads([(2, (1, 1, 3))]), lambda r: "A") == "B"
+
+
+def test_offsets_going_back_ask_where_the_name_points_unless_the_id_is_known_gone():
+    a = TopicAttribution()
+    a.note("c", "A")
+    a.attribute("rc", "c", 0, reads([(10, ("x", 1, 1))]), lambda r: None)
+    assert a.attribute("rc", "c", 0, reads([(4, ("x", 1, 2))]), lambda r: None, lambda n: "A") == "A"  # truncated
+    assert a.attribute("rc", "c", 0, reads([(2, ("x", 1, 2))]), lambda r: None, lambda n: "B") == "B"  # recreated
+    assert a.ids["c"] == ["A", "B"]
+    a.note("c", "C", after="B")
+    a.gone["B"] = "vanished"
+    assert a.attribute("rc", "c", 0, reads([(0, ("x", 1, 3))]), lambda r: None) == "C"
+
+
+def test_ids_are_ordered_by_what_replaced_what_whatever_order_they_were_seen_in():
+    a = TopicAttribution()
+    a.note("c", "B")
+    a.note("c", "A")
+    a.note("c", "B", after="A")
+    assert a.ids["c"] == ["A", "B"] and a.newest("c") == "B" and a.name_of("A") == "c"
+
+
+# -- topics that vanish ------------------------------------------------------------------------
+
+
+def vanishing_story():
+    """Topic A: writes acked at 0..5 of partition 0; the writer recorded log start 2; readers read
+    0..3; then the topic is recreated as B and the writer carries on there."""
+    led = Ledger().add(Start("c", "A", 1, WriterSettings("w")))
+    written = led.acked("A", [0, 1, 2, 3, 4, 5])
+    led.add(Checkpoint("c", "A", 1, WriterSettings("w"), None, log_starts=(2,)))
+    return led, written
+
+
+def test_a_recreated_topic_loses_every_tracked_acked_write_of_the_old_id_above_its_recorded_log_start():
+    led, written = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(written[:4]))
+    assert ck.settle() == []
+    n = len(led.entries)
+    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
+    on_b = led.acked("B", [0, 1])
+    ck.apply_ledger(led.entries[n:])
+    lost = ck.settle()
+    assert {(v.invariant.value, v.isolation.value, v.offsets[0], v.cause) for v in lost} == {
+        ("lost_write", iso, o, "topic_vanished") for iso in ("read_committed", "read_uncommitted")
+        for o in (2, 3, 4, 5)}
+    assert ck.expired_by_reason == {"log_start": 4}  # offsets 0 and 1, both readers
+    late = len(led.entries)
+    led.add(Outcomes("A", (OutcomeRun(0, 99, 1, WriteOutcome.ACKED, 9, 1, 2),)))  # a late ack on A
+    ck.apply_ledger(led.entries[late:])
+    assert [v.cause for v in ck.settle()] == ["topic_vanished", "topic_vanished"]
+    ck = restarted(ck)
+    for iso in (RC, RU):  # Spark goes on reading the new topic from 0 under the same name
+        ck.apply_named_reads(iso, "c", 0, reads(on_b + [(2, ("x", 1, 1))] * 0))
+        ck.apply_named_reads(iso, "c", 0, reads([(o, ("x", 9, o)) for o in range(2, 8)]))
+    ck.settle()
+    assert counts(ck) == {("lost_write", "read_committed"): 5, ("lost_write", "read_uncommitted"): 5}
+    assert not any(k.topic_id == "A" for k in ck.views) and ck.refetch_wanted() == []
+    # the audit, which finds only B under the name, agrees
+    final = {iso: {("B", 0): [(o, ident, 0) for o, ident in on_b] + [(o, ("x", 9, o), 0) for o in range(2, 8)]}
+             for iso in (RC, RU)}
+    res = audit(led.entries, final, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "B"})
+    assert {(i.value, s.value): n for (i, s), n in res.nonzero().items()} == counts(ck)
+    assert dict(res.expired) == ck.expired_by_reason
+
+
+def test_the_runtime_seeing_a_new_id_under_the_name_ends_the_old_one():
+    led, written = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    ck.note_topic("c", "A")
+    ck.settle()
+    ck.note_topic("c", "B")  # no writer said so (none running): the prober's metadata did
+    assert ck.settle() == []  # not before the next batch, which holds what the writers recorded until then
+    late = len(led.entries)
+    led.add(Checkpoint("c", "A", 1, WriterSettings("w"), None, log_starts=(3,)))  # written before A vanished
+    ck.begin_batch()
+    ck.apply_ledger(led.entries[late:])
+    assert len(ck.settle()) == 6 and ck.topics.gone == {"A": "vanished"}  # 3, 4, 5 in both readers
+    ck.note_topic("c", "B")
+    ck.begin_batch()
+    assert ck.settle() == []
+
+
+def test_a_topic_found_gone_for_good_ends_every_id_of_the_name():
+    led, _ = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    ck.topic_vanished("c")
+    ck.begin_batch()
+    assert len(ck.settle()) == 8
+    res = audit(led.entries, {RC: {}, RU: {}}, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": None})
+    assert res.count(*next(iter(res.nonzero()))) == 4 and sum(res.nonzero().values()) == 8
+
+
+def test_a_retired_topic_ends_its_writes_as_expired_even_when_recreated_in_the_same_batch():
+    led, written = vanishing_story()
+    led.add(Retire("c", "A", "moving"), writer=WriterRef("retire-1", 5, 0))
+    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    assert ck.settle() == [] and ck.topics.gone == {"A": "retired"}
+    assert ck.expired_by_reason == {"retired": 12}
+    res = audit(led.entries, {RC: {}, RU: {}}, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "B"})
+    assert res.nonzero() == {} and dict(res.expired) == {"retired": 12}
+
+
+def test_another_topics_retirement_changes_nothing():
+    led, _ = vanishing_story()
+    led.add(Retire("other", "A"), writer=WriterRef("retire-1", 5, 0))
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    assert ck.settle() == [] and ck.topics.gone == {}
