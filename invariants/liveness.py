@@ -26,8 +26,14 @@ like a frozen LSO. Implies ``unseen`` for ``read_committed`` on that partition u
 transaction ends. False positives: another application's long transaction on the canary topic
 (the canary topic should be Vigil's own).
 
-**producer_stalled** (per writer). A canary writer has a write waiting for its outcome for
-longer than the threshold (from the ledger's intents, which are durable before the send).
+**producer_stalled** (per writer). A canary writer has a write waiting for its outcome — or
+has announced it is initialising its producer (``init``: InitProducerId, ``init_transactions``)
+and got no further — for longer than the threshold, from the ledger's entries (intents are
+durable before the send). The threshold is the configured one, but never at or below the
+writer's ``message.timeout.ms`` plus a margin (within that time the client may still report an
+outcome). Durations run on the brokers' clock (:class:`BrokerClock`: the ledger topic's append
+times), so a writer's clock cannot fake or hide a stall, and neither can the monitor's own lag:
+while the prober has not read the ledger to its end, "now" is the newest append time it read.
 Cannot be inferred when the ledger itself is unreachable (the intent never lands): then the
 producer metrics' last-ack timestamp is the signal. Implies nothing by itself; with
 ``acks=all`` and fewer in-sync replicas than ``min.insync.replicas`` it is the expected
@@ -36,6 +42,7 @@ outcome (S7 of the chaos matrix).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
@@ -91,6 +98,43 @@ def lso_stuck(prev_lso: int, lso: int, prev_high_watermark: int, high_watermark:
     return lso <= prev_lso and high_watermark > lso and high_watermark > prev_high_watermark
 
 
+PRODUCER_MARGIN_S = 5.0  # how far above message.timeout.ms a wait must go to be a stall
+
+
+def producer_threshold(configured_s: float, message_timeout_ms: int) -> float:
+    """The producer_stalled threshold for one writer: the configured one, but above the time the
+    client may take to report an outcome at all."""
+    return max(configured_s, message_timeout_ms / 1000 + PRODUCER_MARGIN_S)
+
+
+@dataclass
+class BrokerClock:
+    """The brokers' clock, as the ledger's append times show it to a reader.
+
+    ``observe`` each entry's append time with the reader's own time of reading it. ``now_us``:
+    when the reader has read the ledger to its end, the reader's clock moved by the smallest
+    difference seen recently (the skew plus the least delivery delay: never ahead of the
+    brokers), and never before the newest append time read; while it has not (it lags), just the
+    newest append time read — a lagging reader never sees time pass that it has not read.
+    """
+
+    latest_us: int = 0
+    offsets: deque = field(default_factory=lambda: deque(maxlen=512))
+
+    def observe(self, append_us: int, read_at_us: int) -> None:
+        if append_us <= 0:
+            return
+        self.latest_us = max(self.latest_us, append_us)
+        self.offsets.append(read_at_us - append_us)
+
+    def now_us(self, read_at_us: int, caught_up: bool) -> int:
+        if not self.offsets:
+            return read_at_us  # nothing read yet: the reader's own clock
+        if not caught_up:
+            return self.latest_us
+        return max(self.latest_us, read_at_us - min(self.offsets))
+
+
 class LivenessJudge:
     """The liveness verdicts over what the prober observes (the prober itself only observes).
 
@@ -107,8 +151,9 @@ class LivenessJudge:
         self.prev_lso: dict[int, tuple[int, int]] = {}  # partition -> (LSO, high watermark) last listed
 
     def forget_positions(self) -> None:
-        """The readers were reassigned (a new topic ID): earlier positions mean nothing."""
+        """The readers were reassigned (a new topic ID): earlier positions and ends mean nothing."""
         self.prev.clear()
+        self.prev_lso.clear()
 
     def poll(self, iso: Isolation, topic_id: str, p: int, position: int, available_end: int,
              now: float) -> list[Violation]:
@@ -145,13 +190,15 @@ class LivenessJudge:
         return out
 
     def producer(self, instance: str, writer: tuple[int, int], oldest_pending_us: int | None,
-                 now: float) -> list[Violation]:
-        """One writer: the intent time of its oldest write still waiting for an outcome."""
-        stuck = oldest_pending_us is not None and now - oldest_pending_us / 1e6 > self.producer_s
+                 now: float, message_timeout_ms: int = 0) -> list[Violation]:
+        """One writer: since when it has waited (the append time of its oldest write still waiting
+        for an outcome, or of its ``init``), against ``now`` on the same (the brokers') clock."""
+        threshold = producer_threshold(self.producer_s, message_timeout_ms)
+        stuck = oldest_pending_us is not None and now - oldest_pending_us / 1e6 > threshold
         if self.producers.observe((instance, writer[1]), stuck, now):
             return [Violation(Invariant.PRODUCER_STALLED, NONE, writer=writer,
-                              detail=f"{instance}: a write waiting for its outcome for more than "
-                                     f"{self.producer_s:.0f} s")]
+                              detail=f"{instance}: waiting for an outcome (or its producer's "
+                                     f"initialisation) for more than {threshold:.0f} s")]
         return []
 
     def open_counts(self) -> dict[tuple[Invariant, Isolation], int]:

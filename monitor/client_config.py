@@ -45,6 +45,8 @@ def canary_producer(config: Config, writer: WriterConfig, instance_id: str,
         "request.timeout.ms": writer.request_timeout_ms,
         # Never let the client pick partitions: the writer chooses each one.
         "partitioner": "consistent_random",
+        # Notice a recreated topic or new partitions within seconds (librdkafka's default: 5 minutes).
+        "topic.metadata.refresh.interval.ms": 10000,
     })
     if not writer.idempotence:
         # Chosen on purpose, as the Java client's defaults: retry until the message times out, five

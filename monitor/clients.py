@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from invariants.errors import VigilError
 from invariants.ledger_format import TopicSettings
@@ -84,6 +84,24 @@ def describe_topic(client: AdminClient, name: str, timeout: float = 10.0) -> Top
     return TopicInfo(name, str(desc.topic_id), len(desc.partitions), leaders, rf)
 
 
+def topic_exists(client: AdminClient, name: str, timeout: float = 10.0) -> bool:
+    """Whether the cluster lists the topic (raises when no broker answers)."""
+    return name in client.list_topics(timeout=timeout).topics
+
+
+def log_starts(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> tuple[int, ...]:
+    """Every partition's log start offset; empty when any partition did not answer."""
+    specs = {TopicPartition(info.name, p): OffsetSpec.earliest() for p in range(info.partitions)}
+    try:
+        futures = client.list_offsets(specs, request_timeout=timeout)
+        found = {tp.partition: f.result(timeout=timeout).offset for tp, f in futures.items()}
+    except Exception:  # noqa: BLE001 - a leader away: not known now
+        return ()
+    if any(found.get(p, -1) < 0 for p in range(info.partitions)):
+        return ()
+    return tuple(found[p] for p in range(info.partitions))
+
+
 def topic_settings(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> TopicSettings | None:
     """The topic's durability settings as they are in force (DescribeConfigs gives the effective
     values, broker defaults included); None when they cannot be read."""
@@ -95,6 +113,23 @@ def topic_settings(client: AdminClient, info: TopicInfo, timeout: float = 10.0) 
     except (KafkaException, KeyError, ValueError, TypeError, TimeoutError):
         return None
     return TopicSettings(info.replication_factor, min_isr, unclean)
+
+
+def alter_topic_config(client: AdminClient, name: str, key: str, value: str, timeout: float = 10.0) -> bool:
+    """Set one config of a topic when it differs (incremental); False when it could not be set."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    try:
+        entries = client.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
+        if key in entries and str(entries[key].value) == value:
+            return True
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        client.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
+        return True
+    except (KafkaException, KeyError, TypeError, TimeoutError, ValueError):
+        return False
 
 
 def ensure_topic(client: AdminClient, name: str, partitions: int, replication_factor: int,

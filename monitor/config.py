@@ -160,12 +160,14 @@ class LedgerConfig(_Model):
         None, description="a separate cluster for the ledger; empty = the canary cluster")
 
     def topic_configs(self) -> dict[str, str]:
-        # The strongest durability whatever the canary topic's settings.
+        # The strongest durability whatever the canary topic's settings; the brokers' clock on
+        # every entry (durations are measured on it, not on a writer's or the monitor's clock).
         return {
             **self.extra_config,
             "min.insync.replicas": str(self.min_insync_replicas),
             "unclean.leader.election.enable": "false",
             "retention.ms": str(self.retention_ms),
+            "message.timestamp.type": "LogAppendTime",
         }
 
 
@@ -261,6 +263,9 @@ class WatchConfig(_Model):
                                          "watermark (longest canary transaction plus a margin)")
     producer_stall_s: float = Field(30.0, gt=0, description="producer_stalled: a write waiting this long "
                                     "for its outcome")
+    topic_gone_after_s: float = Field(60.0, gt=0, description="a canary topic missing this long (and not "
+                                      "created again) is gone: its acked writes are judged (lost, "
+                                      "cause topic_vanished)")
     probe_interval_s: float = Field(1.0, gt=0, description="how often the poll prober checks each partition")
     restart_backoff_max_s: float = Field(30.0, gt=0, description="longest wait before restarting a failed query")
     evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)

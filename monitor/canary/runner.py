@@ -33,6 +33,8 @@ def prepare_topics(config: Config) -> Topics:
     ledger_admin = clients.admin(config, ledger=True)
     ledger = clients.ensure_topic(ledger_admin, config.ledger.topic, config.ledger.partitions,
                                   config.ledger.replication_factor, config.ledger.topic_configs())
+    # a ledger created by Vigil 0.1 stamps the writers' clock: switch it to the brokers' (best effort)
+    clients.alter_topic_config(ledger_admin, config.ledger.topic, "message.timestamp.type", "LogAppendTime")
     return Topics(canary, ledger)
 
 
@@ -54,12 +56,18 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
     def factory(error_cb: Callable[[Any], None]) -> Producer:
         return Producer(client_config.canary_producer(config, writer, identity.instance_id, error_cb))
 
-    observer = TopicObserver(clients.admin(config), topics.canary.name, config.ledger.checkpoint_interval_s)
+    admin = clients.admin(config)
+    observer = TopicObserver(admin, topics.canary.name, config.ledger.checkpoint_interval_s)
     observer.refresh()  # the start entry carries the topic's settings
     observer.start()
+
+    def recreate() -> clients.TopicInfo:
+        c = config.canary
+        return clients.ensure_topic(admin, c.name, c.partitions, c.replication_factor, c.topic_configs())
+
     cls = TransactionalWriter if writer.transactional else CanaryWriter
     return cls(writer, topics.canary, identity, ledger, factory, metrics, observer=observer,
-               checkpoint_s=config.ledger.checkpoint_interval_s)
+               checkpoint_s=config.ledger.checkpoint_interval_s, recreate=recreate)
 
 
 class WriterThread(threading.Thread):

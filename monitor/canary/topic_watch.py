@@ -1,9 +1,13 @@
-"""What a canary writer knows of its topic: whether it exists, its ID and partitions, and its
-durability settings — read at start and every few seconds after, in the background.
+"""What a canary writer knows of its topic: whether it exists, its ID and partitions, its
+durability settings and its partitions' log start offsets — read at start and every few seconds
+after, in the background.
 
 The settings go into the writer's ``start`` and ``checkpoint`` ledger entries, so every verdict on
 its writes is classed by the configuration in force when they were made
-(:mod:`invariants.promises`), by the live checker and the audit alike.
+(:mod:`invariants.promises`), by the live checker and the audit alike; the log starts go into its
+checkpoints, so that when the topic vanishes everyone knows which of its writes were still there.
+The writer acts on what is seen here: a topic gone, recreated with a new ID, or given more
+partitions (:mod:`monitor.canary.writer`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ class TopicView:
     info: TopicInfo | None  # None: the topic could not be described (missing, or no broker answered)
     settings: TopicSettings | None
     observed_at: float
+    missing: bool = False  # the cluster answered and the topic is not there
+    log_starts: tuple[int, ...] = ()  # per partition, when listed
 
 
 class TopicObserver(threading.Thread):
@@ -41,12 +47,18 @@ class TopicObserver(threading.Thread):
     def refresh(self, timeout: float = 5.0) -> TopicView:
         try:
             info = clients.describe_topic(self.admin, self.topic, timeout=timeout)
+            missing = info is None and not clients.topic_exists(self.admin, self.topic, timeout=timeout)
         except Exception:  # noqa: BLE001 - brokers away: nothing new is known
             return self.latest
         settings = clients.topic_settings(self.admin, info, timeout) if info is not None else None
-        if info is not None and settings is None:
-            settings = self.latest.settings if self.latest.info is not None else None
-        self.latest = TopicView(info, settings, time.time())
+        same_topic = info is not None and self.latest.info is not None and \
+            self.latest.info.topic_id == info.topic_id
+        if info is not None and settings is None and same_topic:
+            settings = self.latest.settings
+        starts = clients.log_starts(self.admin, info, timeout) if info is not None else ()
+        if info is not None and not starts and same_topic:
+            starts = self.latest.log_starts
+        self.latest = TopicView(info, settings, time.time(), missing, starts)
         self.on_view(self.latest)
         return self.latest
 

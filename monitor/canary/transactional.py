@@ -2,7 +2,8 @@
 
 Each step is one transaction of ``transaction.size`` records, spread round-robin over the
 partitions. Its intent (with the transaction id, size and whether it is meant to be aborted)
-is durable before ``begin_transaction``. All records are flushed (so every one has a delivery
+is durable before ``begin_transaction``; before each ``init_transactions`` (the first, and after a
+producer was replaced) an ``init`` entry says it is initialising. All records are flushed (so every one has a delivery
 report and is in the log) before ``commit_transaction`` or ``abort_transaction``: an aborted
 canary transaction really leaves aborted records for ``read_committed`` readers to skip.
 
@@ -21,7 +22,7 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
-from invariants.ledger_format import OpenTxn, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome
+from invariants.ledger_format import Init, OpenTxn, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome
 from monitor import record_format
 from monitor.canary.topic_watch import TopicObserver
 from monitor.canary.writer import CanaryWriter
@@ -40,8 +41,9 @@ class TransactionalWriter(CanaryWriter):
     def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
                  producer_factory: Callable[[Callable[[Any], None]], TransactionalProducerLike],
                  metrics: ProducerMetrics | None = None, rng: random.Random | None = None,
-                 observer: TopicObserver | None = None, checkpoint_s: float = 10.0) -> None:
-        super().__init__(cfg, topic, identity, ledger, producer_factory, metrics, observer, checkpoint_s)
+                 observer: TopicObserver | None = None, checkpoint_s: float = 10.0,
+                 recreate: Callable[[], TopicInfo] | None = None) -> None:
+        super().__init__(cfg, topic, identity, ledger, producer_factory, metrics, observer, checkpoint_s, recreate)
         self.rng = rng or random.Random()
         self.txn_seq = 0
         self.txn_counts: dict[TxnOutcome, int] = {o: 0 for o in TxnOutcome}
@@ -52,6 +54,11 @@ class TransactionalWriter(CanaryWriter):
         return self.cfg.transaction.size
 
     def _init_transactions(self, stop: threading.Event) -> None:
+        """``init_transactions`` until it succeeds; an ``init`` ledger entry first, so a coordinator
+        that never answers shows as ``producer_stalled`` (no intent is pending yet)."""
+        if self._initialised:
+            return
+        self.ledger.append(Init())
         backoff = 0.5
         while not self._initialised:
             try:
@@ -65,8 +72,8 @@ class TransactionalWriter(CanaryWriter):
                     raise
                 backoff = min(backoff * 2, 10.0)
 
-    def _renew_producer(self) -> None:
-        super()._renew_producer()
+    def _renew_producer(self, reason: str | None = None) -> None:
+        super()._renew_producer(reason)
         self._initialised = False
 
     def step(self, due: int, stop: threading.Event) -> None:

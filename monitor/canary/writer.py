@@ -17,6 +17,16 @@ Sequence numbers only ever grow within an incarnation, whatever happens to a sen
 is never reused after an ambiguous failure. A fatal producer error (e.g. an idempotence
 failure) replaces the Kafka producer and carries on as the same writer. On a clean stop it
 waits for the last delivery reports and appends ``stop``.
+
+**The topic changes under it** (seen by its :class:`~monitor.canary.topic_watch.TopicObserver`
+within ``ledger.checkpoint_interval_s``): a topic that is gone is created again with its
+configured settings (nothing is written while it is missing, so the canary never goes blind for
+long); a topic with a new ID (recreated, by the writer or anyone else) is written to from then on
+— the Kafka producer is replaced first, so what the old one had in flight is ``indeterminate``
+and nothing of it is sent to the new topic after the switch — and a ``start`` entry says which ID
+it replaces; more partitions are written to as soon as the producer's metadata has them (a new
+``start`` with the same ID). Seqs keep growing across topic IDs, so each of its records says by
+its seq which ID it was meant for.
 """
 
 from __future__ import annotations
@@ -42,16 +52,19 @@ from monitor.outcomes import classify_delivery
 
 MAX_BATCH = 10_000
 OUTCOME_FLUSH_S = 0.05
+RECREATE_EVERY_S = 5.0  # how often a writer tries to create its missing topic again
 
 
 class CanaryWriter:
     def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
                  producer_factory: Callable[[Callable[[Any], None]], ProducerLike],
                  metrics: ProducerMetrics | None = None, observer: TopicObserver | None = None,
-                 checkpoint_s: float = 10.0) -> None:
+                 checkpoint_s: float = 10.0, recreate: Callable[[], TopicInfo] | None = None) -> None:
         self.cfg = cfg
         self.topic = topic
         self.observer = observer
+        self.recreate_topic = recreate
+        self._last_recreate = 0.0
         self.checkpoint_s = checkpoint_s
         self._last_checkpoint = time.monotonic()
         self._pending: dict[tuple[int, int], tuple[int, int]] = {}  # (partition, seq) -> (txn id, intent time)
@@ -164,8 +177,13 @@ class CanaryWriter:
             except BufferError:
                 self._count_error("queue_full")
                 self._serve(0.05)
-            except KafkaException as exc:  # e.g. _FATAL: the record never entered the client
-                self._fatal = self._fatal or _kafka_error(exc)
+            except KafkaException as exc:  # the record never entered the client
+                err = _kafka_error(exc)
+                if not err.fatal():  # e.g. _UNKNOWN_PARTITION, _UNKNOWN_TOPIC: refused, not sent
+                    self._count_error("client")
+                    self._record(partition, seq, WriteOutcome.FAILED, -1, rec.produce_ts_us, f"not sent: {err.name()}")
+                    return
+                self._fatal = self._fatal or err
                 self._count_error("fatal")
 
     def flush_outcomes(self, force: bool = False) -> list[OutcomeRun]:
@@ -191,8 +209,9 @@ class CanaryWriter:
                 self._count_error("fatal")
             return 0
 
-    def _renew_producer(self) -> None:
-        """Replace the Kafka producer (after a fatal error); the writer identity stays.
+    def _renew_producer(self, reason: str | None = None) -> None:
+        """Replace the Kafka producer (after a fatal error, or a topic recreated under it); the
+        writer identity stays.
 
         The old producer is never flushed (see :meth:`_serve`): what it still had queued or in
         flight may or may not have reached the log, so those writes are ``indeterminate`` now —
@@ -202,7 +221,7 @@ class CanaryWriter:
             old.purge(in_queue=True, in_flight=True, blocking=False)  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - a broken producer may refuse to purge
             pass
-        error = self._fatal.name() if self._fatal is not None else "producer renewed"
+        error = reason or (self._fatal.name() if self._fatal is not None else "producer renewed")
         for (p, seq), (_txn, ts) in list(self._pending.items()):
             self._record(p, seq, WriteOutcome.INDETERMINATE, -1, ts, f"{error}: producer renewed with it in flight")
         self._fatal = None
@@ -211,6 +230,55 @@ class CanaryWriter:
     def _replace_producer_if_fatal(self) -> None:
         if self._fatal is not None:
             self._renew_producer()
+
+    # -- the topic under it ------------------------------------------------------------------
+
+    def follow_topic(self) -> bool:
+        """Act on what the observer last saw of the topic; False while it is missing (send nothing)."""
+        if self.observer is None:
+            return True
+        view = self.observer.latest
+        if view.missing and self.recreate_topic is not None:
+            if time.monotonic() - self._last_recreate < RECREATE_EVERY_S:
+                return False
+            self._last_recreate = time.monotonic()
+            try:
+                self.recreate_topic()  # with its configured settings (an existing one is left as it is)
+            except Exception:  # noqa: BLE001 - the cluster away or refusing: try again later
+                self._count_error("client")
+                return False
+            view = self.observer.refresh()
+        if view.missing:
+            return False
+        info = view.info
+        if info is None:  # nobody answered: carry on as before
+            return True
+        if info.topic_id != self.topic.topic_id:
+            self._move_to(info, replaces=self.topic.topic_id)
+        elif info.partitions > len(self.partitions):
+            self._move_to(info)
+        return True
+
+    def _move_to(self, info: TopicInfo, replaces: str = "") -> None:
+        """Carry on on a recreated topic (``replaces``: the old ID) or on more partitions."""
+        if replaces:
+            self._serve(0)
+            self._renew_producer(f"topic {self.topic.name} recreated (was {replaces})")
+            self.flush_outcomes(force=True)
+        else:
+            try:  # the producer must know the new partitions before a record is sent to one
+                self.producer.list_topics(info.name, timeout=5)  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - a refusal is counted per record (failed, never sent)
+                pass
+        self.topic = info
+        for p in range(len(self.partitions), info.partitions):
+            self.next_seq.setdefault(p, 0)
+        self.partitions = list(range(max(info.partitions, len(self.partitions))))
+        self.ledger.append(Start(info.name, info.topic_id, info.partitions, self.settings(), self.topic_settings(),
+                                 replaces))
+        self.ledger.sync()
+        if self.metrics is not None:
+            self.metrics.topic_changes.labels(self.cfg.name, "recreated" if replaces else "partitions_added").inc()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -235,9 +303,12 @@ class CanaryWriter:
                 pending[-1] = PendingWrites(p, last.first_seq, last.count + 1, txn_id, last.intent_ts_us)
             else:
                 pending.append(PendingWrites(p, seq, 1, txn_id, ts))
+        view = None if self.observer is None else self.observer.latest
+        starts = view.log_starts if view is not None and view.info is not None and \
+            view.info.topic_id == self.topic.topic_id else ()
         self.ledger.append(Checkpoint(self.topic.name, self.topic.topic_id, self.topic.partitions, self.settings(),
                                       self.topic_settings(), tuple(pending),
-                                      () if self.open_txn is None else (self.open_txn,)))
+                                      () if self.open_txn is None else (self.open_txn,), starts))
         self._last_checkpoint = time.monotonic()
 
     def intend(self, writes: list[tuple[int, int]], txn: TxnInfo | None, stop: threading.Event) -> None:
@@ -267,6 +338,14 @@ class CanaryWriter:
         per_step = self.records_per_step()
         try:
             while not stop.is_set():
+                if not self.follow_topic():  # the topic is missing: write nothing, owe nothing
+                    paused = time.monotonic()
+                    self._serve(0.5)
+                    started += time.monotonic() - paused
+                    self.flush_outcomes()
+                    if time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
+                        self.checkpoint()
+                    continue
                 now = time.monotonic()
                 elapsed = now - started
                 if duration is not None and elapsed >= duration:

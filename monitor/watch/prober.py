@@ -8,7 +8,8 @@ assigned to every canary partition from the end, and every ``probe_interval_s``:
 
 1. reads the ledger (from the end) into its own :class:`~invariants.accounting.LedgerFold`:
    pending intents tell it a writer waits for an outcome (a writer's checkpoint entries tell
-   it what was in flight before it started reading);
+   it what was in flight before it started reading), the entries' append times give it the
+   brokers' clock (:class:`~invariants.liveness.BrokerClock`) and each writer's clock skew;
 2. polls both consumers up to the ends it listed in the previous round, and takes their
    positions;
 3. lists the high watermark, the last stable offset and the log start per partition (keeping
@@ -38,7 +39,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from invariants.accounting import LedgerFold
 from invariants.ledger_format import LedgerFormatError, decode
-from invariants.liveness import LivenessJudge
+from invariants.liveness import BrokerClock, LivenessJudge
 from invariants.model import RC, RU, Violation
 from monitor import clients
 from monitor.config import Config
@@ -65,6 +66,17 @@ class ProbeView:
     rounds: int = 0
     open_episodes: dict[str, Any] = field(default_factory=dict)  # counted, still open (LivenessJudge.open_doc)
     list_offsets_failures: int = 0  # partitions whose ends could not be listed, summed over rounds
+    missing_since: float = 0.0  # when the canary topic was first found missing (0: it is there)
+    clock_latest_us: int = 0  # the newest ledger append time read
+    clock_offset_us: int | None = None  # the prober's clock minus the brokers' (least recent delay)
+    clock_skew: dict[str, float] = field(default_factory=dict)  # writer name -> its clock minus the brokers'
+
+    def broker_now_us(self, now: float) -> int:
+        """The brokers' time now, from the prober's clock (its own clock before it read anything)."""
+        now_us = int(now * 1e6)
+        if self.clock_offset_us is None:
+            return now_us
+        return max(self.clock_latest_us, now_us - self.clock_offset_us)
 
 
 class Prober(threading.Thread):
@@ -80,6 +92,8 @@ class Prober(threading.Thread):
         w = config.watch
         self.judge = LivenessJudge(w.stall_threshold_s, w.lso_stuck_threshold_s, w.producer_stall_s)
         self.fold = LedgerFold([config.canary.name])
+        self.clock = BrokerClock()
+        self.ledger_at_end: dict[int, bool] = {}  # ledger partition -> read to its end
         self.rewinds: list[tuple[str, int, int, int]] = []  # (topic id, partition, new high watermark, old)
         self.eof: dict[tuple, int] = {}
         self.error: str | None = None
@@ -98,37 +112,68 @@ class Prober(threading.Thread):
     def _refresh_metadata(self) -> None:
         info = clients.describe_topic(self.admin, self.cfg.canary.name, timeout=3)
         if info is None:
+            if not clients.topic_exists(self.admin, self.cfg.canary.name, timeout=3):
+                with self.lock:
+                    self.view.missing_since = self.view.missing_since or time.time()
             return
         brokers = sorted(b.id for b in self.admin.describe_cluster(request_timeout=3).result().nodes)
+        grown = info.topic_id == self.assigned_topic_id and info.partitions > self.view.partitions
         with self.lock:
             self.view.leaders, self.view.brokers, self.view.partitions = dict(info.leaders), brokers, info.partitions
             self.view.topic_id = info.topic_id
-        if info.topic_id != self.assigned_topic_id:
+            self.view.missing_since = 0.0
+        if info.topic_id != self.assigned_topic_id or grown:
             tps = [TopicPartition(self.cfg.canary.name, p, OFFSET_END) for p in range(info.partitions)]
             for consumer in self.readers.values():
                 consumer.assign(tps)
             ledger_md = self.ledger.list_topics(self.cfg.ledger.topic, timeout=3).topics.get(self.cfg.ledger.topic)
-            if ledger_md is not None and ledger_md.partitions:
+            if ledger_md is not None and ledger_md.partitions and not self.ledger_at_end:
                 self.ledger.assign([TopicPartition(self.cfg.ledger.topic, p, OFFSET_END) for p in ledger_md.partitions])
+                self.ledger_at_end = {p: False for p in ledger_md.partitions}
+            if info.topic_id != self.assigned_topic_id:  # a new topic: its ends start afresh
+                with self.lock:
+                    self.view.ends = {}
+                self.judge.forget_positions()
+                self.eof.clear()
             self.assigned_topic_id = info.topic_id
-            self.judge.forget_positions()
-            self.eof.clear()
 
     # -- one round -------------------------------------------------------------------------
 
     def _read_ledger(self) -> None:
         deadline = time.monotonic() + 0.5
+        skew: dict[str, float] = {}
         while time.monotonic() < deadline:
             msgs = self.ledger.consume(2000, 0.05)
             if not msgs:
-                return
+                break
+            read_at = time.time_ns() // 1000
             for m in msgs:
-                if m.error() is not None:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        self.ledger_at_end[m.partition()] = True
                     continue
+                self.ledger_at_end[m.partition()] = False
                 try:
-                    self.fold.apply(decode(m.value()))
+                    entry = decode(m.value(), append_ts_us=max(0, m.timestamp()[1]) * 1000)
                 except LedgerFormatError:
                     continue
+                self.clock.observe(entry.append_ts_us, read_at)
+                self.fold.apply(entry)
+                w = self.fold.writers.get((entry.writer.instance, entry.writer.inc))
+                if entry.append_ts_us and w is not None and w.settings is not None:
+                    gap = (entry.ts_us - entry.append_ts_us) / 1e6
+                    skew[w.settings.name] = max(gap, skew.get(w.settings.name, gap))
+        with self.lock:
+            self.view.clock_skew.update(skew)
+            self.view.clock_latest_us = self.clock.latest_us
+            if self.clock.offsets:
+                self.view.clock_offset_us = min(self.clock.offsets)
+
+    def _broker_now(self, now: float) -> float:
+        """The brokers' time now; while the ledger is not read to its end, the newest append time read."""
+        caught_up = bool(self.ledger_at_end) and all(self.ledger_at_end.values())
+        return self.clock.now_us(int(now * 1e6), caught_up) / 1e6
 
     def _end(self, iso: Any, p: int) -> int:
         ends = self.view.ends.get(p, PartitionEnds())
@@ -211,8 +256,10 @@ class Prober(threading.Thread):
             if ends.fresh:  # a leader that did not answer says nothing about its LSO
                 out += self.judge.lso(tid, p, ends.lso, ends.high_watermark, now)
         pending = self.fold.oldest_pending_us()
+        broker_now = self._broker_now(now)
         for key, w in self.fold.writers.items():
-            out += self.judge.producer(w.instance, (w.writer_id, w.inc), pending.get(key), now)
+            timeout_ms = w.settings.message_timeout_ms if w.settings is not None else 0
+            out += self.judge.producer(w.instance, (w.writer_id, w.inc), pending.get(key), broker_now, timeout_ms)
         with self.lock:
             self.view.open_stalls = self.judge.open_counts()
             self.view.open_episodes = self.judge.open_doc()
@@ -243,7 +290,8 @@ class Prober(threading.Thread):
             return ProbeView(self.view.topic_id, self.view.partitions, dict(self.view.leaders),
                              list(self.view.brokers), {p: replace(e) for p, e in self.view.ends.items()},
                              dict(self.view.open_stalls), self.view.rounds, dict(self.view.open_episodes),
-                             self.view.list_offsets_failures)
+                             self.view.list_offsets_failures, self.view.missing_since, self.view.clock_latest_us,
+                             self.view.clock_offset_us, dict(self.view.clock_skew))
 
     def run(self) -> None:
         self._open()

@@ -62,7 +62,8 @@ def test_ledger_is_always_strongly_durable():
     cfg = parse({"canary": {"unclean_leader_election": True, "min_insync_replicas": 1}})
     assert cfg.canary.topic_configs()["unclean.leader.election.enable"] == "true"
     assert cfg.ledger.topic_configs() == {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
-                                          "retention.ms": str(7 * 24 * 3600 * 1000)}  # an explicit retention
+                                          "retention.ms": str(7 * 24 * 3600 * 1000),  # an explicit retention
+                                          "message.timestamp.type": "LogAppendTime"}  # the brokers' clock
 
 
 def test_readme_config_table_matches_the_code():

@@ -6,7 +6,8 @@ import threading
 
 from invariants.catalog import Invariant
 from invariants.ledger_format import (
-    Intent, LedgerEntry, OutcomeRun, Outcomes, Start, TxnInfo, WriteOutcome, WriteRange, WriterRef, encode,
+    Init, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, TxnInfo, WriteOutcome, WriteRange, WriterRef,
+    WriterSettings, encode,
 )
 from invariants.model import RU
 from monitor.config import parse
@@ -14,8 +15,10 @@ from monitor.watch.prober import PartitionEnds, Prober
 
 
 class Msg:
-    def __init__(self, value: bytes) -> None:
+    def __init__(self, value: bytes, append_ms: int = 0, partition: int = 0) -> None:
         self._value = value
+        self._append_ms = append_ms
+        self._partition = partition
 
     def error(self):
         return None
@@ -23,10 +26,27 @@ class Msg:
     def value(self) -> bytes:
         return self._value
 
+    def partition(self) -> int:
+        return self._partition
+
+    def timestamp(self) -> tuple[int, int]:
+        return (2, self._append_ms) if self._append_ms else (0, -1)
+
+
+class Eof(Msg):
+    def __init__(self, partition: int = 0) -> None:
+        super().__init__(b"", partition=partition)
+
+    def error(self):
+        from confluent_kafka import KafkaError
+
+        return KafkaError(KafkaError._PARTITION_EOF)
+
 
 class FakeLedger:
-    def __init__(self, entries: list[dict]) -> None:
-        self.batches = [[Msg(encode(e)) for e in entries]]
+    def __init__(self, entries: list[dict], append_ms: list[int] | None = None, eof: bool = False) -> None:
+        stamps = append_ms or [0] * len(entries)
+        self.batches = [[Msg(encode(e), t) for e, t in zip(entries, stamps)] + ([Eof()] if eof else [])]
 
     def consume(self, _n: int, _timeout: float) -> list[Msg]:
         return self.batches.pop(0) if self.batches else []
@@ -51,6 +71,62 @@ def test_the_prober_learns_in_flight_writes_from_the_ledger_for_producer_stalls(
     ])
     prober._read_ledger()
     assert prober.fold.oldest_pending_us() == {("w", 1): 1}  # partition 1's writes wait for outcomes
+
+
+def stall_prober(entries, append_ms, eof=True):
+    prober = Prober(parse({"watch": {"producer_stall_s": 10}}), lambda _v: None, threading.Event())
+    prober.view.topic_id, prober.view.partitions = "T", 1
+    prober.ledger = FakeLedger(entries, append_ms, eof)
+    prober.ledger_at_end = {0: False}
+    prober.readers = {}
+    prober._read_ledger()
+    return prober
+
+
+def producer_stalls(prober, monitor_now):
+    return [v for v in prober._judge(monitor_now) if v.invariant is Invariant.PRODUCER_STALLED]
+
+
+def test_a_stall_is_measured_on_the_brokers_clock_not_the_writers_or_the_monitors():
+    """The writer's clock is an hour behind (its entries say ts_us=1 µs): no effect. The monitor's
+    clock runs 100 s ahead of the brokers': it is corrected by what the ledger's append times show."""
+    t0 = 1_700_000_000_000  # the brokers' time of the intent, in ms
+    prober = stall_prober([entry(0, Start("vigil-canary", "T", 1, WriterSettings("w", message_timeout_ms=5000))),
+                           entry(1, Intent("T", (WriteRange(0, 0, 1),)))], [t0, t0])
+    skewed = 100.0  # the monitor read the entries "100 s after" they were appended, by its own clock
+    prober.clock.offsets.clear()
+    prober.clock.observe(t0 * 1000, int((t0 / 1000 + skewed) * 1e6))
+    assert producer_stalls(prober, t0 / 1000 + skewed + 9) == []  # 9 s on the brokers' clock
+    assert producer_stalls(prober, t0 / 1000 + skewed + 10.5) + producer_stalls(prober, t0 / 1000 + skewed + 11) \
+        != []
+    assert prober.snapshot().clock_skew["w"] < -1e6  # the writer's clock: far behind the brokers'
+
+
+def test_a_lagging_prober_never_sees_a_stall_it_has_not_read():
+    t0 = 1_700_000_000_000
+    prober = stall_prober([entry(0, Start("vigil-canary", "T", 1, WriterSettings("w", message_timeout_ms=5000))),
+                           entry(1, Intent("T", (WriteRange(0, 0, 1),)))], [t0, t0], eof=False)
+    assert producer_stalls(prober, t0 / 1000 + 3600) == []  # the outcome may be in what it has not read yet
+
+
+def test_the_producer_stall_threshold_sits_above_the_writers_message_timeout():
+    t0 = 1_700_000_000_000
+    prober = stall_prober([entry(0, Start("vigil-canary", "T", 1, WriterSettings("w", message_timeout_ms=30000))),
+                           entry(1, Intent("T", (WriteRange(0, 0, 1),)))], [t0, t0])
+    prober.clock.offsets.clear()
+    prober.clock.observe(t0 * 1000, t0 * 1000)
+    assert producer_stalls(prober, t0 / 1000 + 34) == []  # configured 10 s, but the client may take 30 s
+    assert producer_stalls(prober, t0 / 1000 + 34.5) == []
+    assert len(producer_stalls(prober, t0 / 1000 + 35.5) + producer_stalls(prober, t0 / 1000 + 36)) == 1
+
+
+def test_a_writer_stuck_initialising_its_producer_is_stalled():
+    t0 = 1_700_000_000_000
+    prober = stall_prober([entry(0, Start("vigil-canary", "T", 1, WriterSettings("w", message_timeout_ms=1000))),
+                           entry(1, Init())], [t0, t0])
+    prober.clock.offsets.clear()
+    prober.clock.observe(t0 * 1000, t0 * 1000)
+    assert len(producer_stalls(prober, t0 / 1000 + 11) + producer_stalls(prober, t0 / 1000 + 12)) == 1
 
 
 def test_records_acknowledged_above_the_high_watermark_are_no_stall():

@@ -231,3 +231,137 @@ def test_writes_a_dead_producer_refuses_are_failed_and_the_writer_carries_on():
     w.finish()
     outcomes = collections.Counter(st.outcome for st in _book(log).writes.values())
     assert outcomes == {WriteOutcome.FAILED: 4, WriteOutcome.ACKED: 3} and w.in_flight == 0
+
+
+def _drive(w, steps, per_step=6):
+    """The writer's loop, step by step: follow the topic, then write ``per_step`` records."""
+    stop = threading.Event()
+    w.start()
+    for _ in range(steps):
+        if w.follow_topic():
+            w.step(per_step, stop)
+        w.flush_outcomes(force=True)
+    w.finish()
+
+
+class ScriptedObserver:
+    """What the writer's topic observer reports, as a function of how far the writer got."""
+
+    def __init__(self, view_at):
+        self.view_at = view_at
+        self.writer = None
+        self.refreshes = 0
+
+    @property
+    def latest(self):
+        return self.view_at(self.writer.planned)
+
+    def refresh(self):
+        self.refreshes += 1
+        return self.latest
+
+
+def _view(info=None, missing=False, starts=()):
+    from monitor.canary.topic_watch import TopicView
+
+    return TopicView(info, None, 0.0, missing, starts)
+
+
+def _ledger_bodies(log):
+    return [decode(v).body for v in log.get(("ledger", 0), [])]
+
+
+def test_a_topic_recreated_under_the_writer_is_written_to_under_its_new_id_with_seqs_still_growing():
+    from invariants.ledger_format import Start
+
+    new = TopicInfo("canary", "TID2", 3, {0: 1, 1: 2, 2: 3})
+    obs = ScriptedObserver(lambda planned: _view(TOPIC if planned < 9 else new, starts=(0, 0, 0)))
+    w, log, producers = _setup(WriterConfig(name="w", rate=0), observer=obs)
+    obs.writer = w
+    _drive(w, 4)
+    starts = [b for b in _ledger_bodies(log) if isinstance(b, Start)]
+    assert [(s.topic_id, s.replaces) for s in starts] == [("TID", ""), ("TID2", "TID")]
+    intents = [b for b in _ledger_bodies(log) if isinstance(b, Intent)]
+    assert {i.topic_id for i in intents[:1]} == {"TID"} and intents[-1].topic_id == "TID2"
+    seqs = {p: [record_format.decode(v).seq for v in log[("canary", p)]] for p in range(3)}
+    assert all(s == sorted(set(s)) for s in seqs.values())  # never reused across the two IDs
+    assert len(producers) == 2  # the producer of the old topic was replaced before the switch
+    book = _book(log)
+    assert {k.topic_id for k in book.writes} == {"TID", "TID2"} and w.in_flight == 0
+
+
+def test_a_missing_topic_is_created_again_and_nothing_is_written_while_it_is_missing():
+    from invariants.ledger_format import Start
+    import monitor.canary.writer as writer_module
+
+    new = TopicInfo("canary", "TID3", 3, {0: 1, 1: 2, 2: 3})
+    state = {"missing": False, "created": 0, "refuse": True, "exists": False}
+
+    def recreate():
+        state["created"] += 1
+        if state["refuse"]:
+            raise RuntimeError("no broker answered")
+        state["exists"] = True
+        return new
+
+    obs = ScriptedObserver(lambda planned: _view(new) if state["exists"] else
+                           _view(None, missing=True) if state["missing"] else _view(TOPIC))
+    w, log, _ = _setup(WriterConfig(name="w", rate=0), observer=obs, recreate=recreate)
+    obs.writer = w
+    stop = threading.Event()
+    w.start()
+    w.step(6, stop)
+    state["missing"] = True
+    assert not w.follow_topic() and state["created"] == 1  # creating it failed: write nothing
+    assert not w.follow_topic() and state["created"] == 1  # and do not hammer the cluster
+    state["refuse"] = False
+    w._last_recreate -= writer_module.RECREATE_EVERY_S
+    assert w.follow_topic() and state["created"] == 2 and w.topic == new
+    w.step(3, stop)
+    w.finish()
+    assert [(s.topic_id, s.replaces) for s in _ledger_bodies(log) if isinstance(s, Start)] == [
+        ("TID", ""), ("TID3", "TID")]
+    assert w.planned == 9
+
+
+def test_new_partitions_are_written_to_once_the_producer_knows_them():
+    from invariants.ledger_format import Start
+
+    grown = TopicInfo("canary", "TID", 5, {p: 1 for p in range(5)})
+    obs = ScriptedObserver(lambda planned: _view(TOPIC if planned < 6 else grown))
+    w, log, producers = _setup(WriterConfig(name="w", rate=0), observer=obs)
+    obs.writer = w
+    listed = []
+    producers[0].list_topics = lambda topic, timeout: listed.append(topic)
+    _drive(w, 4, per_step=5)
+    assert listed == ["canary"]
+    assert [(s.partitions, s.topic_id) for s in _ledger_bodies(log) if isinstance(s, Start)] == [(3, "TID"), (5, "TID")]
+    assert {p for (t, p) in log if t == "canary"} == {0, 1, 2, 3, 4}
+    assert [record_format.decode(v).seq for v in log[("canary", 4)]] == list(range(len(log[("canary", 4)])))
+
+
+def test_a_record_the_client_refuses_without_a_fatal_error_is_failed_and_the_producer_kept():
+    from confluent_kafka import KafkaException
+
+    w, log, producers = _setup(WriterConfig(name="w", rate=0))
+    original = producers[0].produce
+
+    def produce(topic, value=None, key=None, partition=0, on_delivery=None):
+        if partition == 2:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        return original(topic, value, key, partition, on_delivery)
+
+    producers[0].produce = produce
+    w.run(threading.Event(), max_records=9)
+    assert len(producers) == 1 and w.counts[WriteOutcome.FAILED] == 3 and w.counts[WriteOutcome.ACKED] == 6
+
+
+def test_checkpoints_carry_the_log_starts_of_the_topic_written_to():
+    from invariants.ledger_format import Checkpoint
+
+    obs = ScriptedObserver(lambda planned: _view(TOPIC, starts=(4, 0, 9)))
+    w, log, _ = _setup(WriterConfig(name="w", rate=0), observer=obs)
+    obs.writer = w
+    w.checkpoint()
+    cp = [b for b in _ledger_bodies(log) if isinstance(b, Checkpoint)][-1]
+    assert cp.log_starts == (4, 0, 9)
