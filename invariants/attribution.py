@@ -17,8 +17,14 @@ log, so of one topic) get one ID:
    stream whose ID is known to be gone moves to the newest ID known for the name; otherwise the
    runtime is asked for the name's ID *now* (``fresh_id``, a metadata lookup made only then):
    another ID than the stream's means the topic was recreated, the same one a truncation.
-3. A new stream starts at the newest of its reads' IDs by content and the name's ID now
-   (``fresh_id`` again: a monitor starting after a recreation, or a straggler read first).
+3. A new stream starts at the newest of its reads' IDs by content; reads with no canary record
+   of a known intent take the name's ID now (``fresh_id`` again), else the newest known. Not the
+   name's ID now when the content says otherwise: a monitor that starts (or a reader whose first
+   batch comes) late reads the old topic's tail while the name already points at the new one —
+   measured on the local cluster, a delete under running writers put 5,819 false
+   inconsistent offsets on the new ID that way. The price: a stream whose very first batch is a
+   straggler of an old ID written into the new topic is attributed to the old ID (a reader
+   that exists before the recreation, as Spark's do, is on rule 1 instead).
 
 IDs of one name are ordered oldest first: by what replaced what (a writer's ``start`` names the
 ID it replaces; the runtime sees the current one), else by when they were first seen.
@@ -86,11 +92,12 @@ class TopicAttribution:
                     content = tid
         s = self.streams.get(key)
         if s is None:
-            now = fresh_id(name)
-            if now is not None:
-                self.note(name, now)
-            choices = [t for t in (content, now) if t is not None]
-            tid = max(choices, key=self.ids[name].index) if choices else self.newest(name)
+            tid = content
+            if tid is None:
+                now = fresh_id(name)
+                if now is not None:
+                    self.note(name, now)
+                tid = now if now is not None else self.newest(name)
             if tid is None:
                 return None
             s = self.streams[key] = Stream(tid, reads[-1].offset)

@@ -433,7 +433,8 @@ class Checker:
         t = ClassTable()
         body = {
             "counts": [[inv.value, iso.value, d.value, n] for (inv, iso, d), n in self.sink.counts.items()],
-            "lost_by_writer": [[w, iso.value, d.value, n] for (w, iso, d), n in self.sink.lost_by_writer.items()],
+            "lost_by_writer": [[w, iso.value, d.value, cause, n]
+                               for (w, iso, d, cause), n in self.sink.lost_by_writer.items()],
             "records_checked": {iso.value: n for iso, n in self.records_checked.items()},
             "log_start": [[tid, p, off] for (tid, p), off in self.log_start.items()],
             "views": [[key.to_doc(), v.to_doc()] for key, v in self.views.items()],
@@ -466,8 +467,8 @@ class Checker:
         ck = cls(settings)
         for inv, iso, d, n in doc["counts"]:
             ck.sink.counts[(Invariant(inv), Isolation(iso), Durability(d))] = n
-        for w, iso, d, n in doc["lost_by_writer"]:
-            ck.sink.lost_by_writer[(w, Isolation(iso), Durability(d))] = n
+        for w, iso, d, cause, n in doc["lost_by_writer"]:
+            ck.sink.lost_by_writer[(w, Isolation(iso), Durability(d), cause)] = n
         ck.records_checked = {Isolation(k): n for k, n in doc["records_checked"].items()}
         ck.log_start = {(tid, p): off for tid, p, off in doc["log_start"]}
         ck.views = {ViewKey.from_doc(k): PartitionView.from_doc(v) for k, v in doc["views"]}

@@ -141,18 +141,27 @@ class Violation:
         }
 
 
+LOST_CAUSES = ("never_read", "vanished", "topic_vanished")
+
+
+def lost_cause(cause: str) -> str:
+    """How a ``lost_write`` came about, as counted: never read where acknowledged (``never_read``),
+    read there and later gone (``vanished``), or its topic ID gone (``topic_vanished``)."""
+    return cause if cause in LOST_CAUSES else "never_read"
+
+
 class ViolationSink:
     """Where the families report: counts per (invariant, isolation) and the new violations."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[Invariant, Isolation, Durability]] = Counter()
-        self.lost_by_writer: Counter[tuple[str, Isolation, Durability]] = Counter()
+        self.lost_by_writer: Counter[tuple[str, Isolation, Durability, str]] = Counter()  # ... and cause
         self.new: list[Violation] = []
 
     def add(self, v: Violation) -> None:
         self.counts[(v.invariant, v.isolation, v.durability)] += 1
         if v.invariant is Invariant.LOST_WRITE:
-            self.lost_by_writer[(v.writer_name, v.isolation, v.durability)] += 1
+            self.lost_by_writer[(v.writer_name, v.isolation, v.durability, lost_cause(v.cause))] += 1
         self.new.append(v)
 
     def extend(self, vs: list[Violation]) -> None:

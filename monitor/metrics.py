@@ -15,11 +15,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from invariants.catalog import series
 from invariants.ledger_format import TxnOutcome, WriteOutcome
-from invariants.model import DURABILITIES, READERS, RU
+from invariants.acked_writes import EXPIRED_REASONS
+from invariants.model import DURABILITIES, LOST_CAUSES, READERS, RU
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]
 PRODUCER_ERROR_KINDS = ["init_producer_id", "transaction", "fatal", "client", "queue_full"]
+TOPIC_CHANGE_KINDS = ["recreated", "partitions_added"]
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -32,6 +34,7 @@ class ProducerMetrics:
     last_ack: Gauge
     incarnation: Gauge
     info: Gauge
+    topic_changes: Counter
 
     def init_writer(self, writer: str, transactional: bool, acks: str = "all", idempotence: bool = True) -> None:
         self.info.labels(writer, acks, str(idempotence).lower(), str(transactional).lower()).set(1)
@@ -44,6 +47,8 @@ class ProducerMetrics:
                 self.transactions.labels(writer, outcome)
         self.latency.labels(writer)
         self.last_ack.labels(writer)
+        for kind in TOPIC_CHANGE_KINDS:
+            self.topic_changes.labels(writer, kind)
 
 
 def producer_metrics(registry: CollectorRegistry) -> ProducerMetrics:
@@ -71,6 +76,10 @@ def producer_metrics(registry: CollectorRegistry) -> ProducerMetrics:
             "vigil_producer_info", "1 per canary writer of this process, with what it does (acks=0 writers are "
             "never acknowledged: the stalled-producer alert leaves them out).",
             ["writer", "acks", "idempotence", "transactional"], registry=registry),
+        topic_changes=Counter(
+            "vigil_producer_topic_changes", "Times the writer carried on on a changed canary topic: recreated "
+            "(a new topic ID: gone and created again, by the writer or anyone else) or partitions_added.",
+            ["writer", "kind"], registry=registry),
     )
 
 
@@ -85,7 +94,7 @@ class WatchSnapshot:
 
     violations: dict  # (Invariant, Isolation, Durability) -> int, every catalog series x class present
     records_checked: dict  # Isolation -> int
-    expired_unread: int = 0
+    expired_unread: dict = field(default_factory=dict)  # reason -> int
     malformed: dict = field(default_factory=dict)  # kind -> int
     aborted_allowed: int = 0
     unseen: dict = field(default_factory=dict)  # Isolation -> int
@@ -100,12 +109,14 @@ class WatchSnapshot:
     stalls_open: dict = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     state_bytes: int = 0
     batches: int = 0
-    lost_by_writer: dict = field(default_factory=dict)  # (writer name, Isolation, Durability) -> int
+    lost_by_writer: dict = field(default_factory=dict)  # (writer name, Isolation, Durability, cause) -> int
     rewrites: dict = field(default_factory=dict)  # partition -> offsets found rewritten
     unconfirmed_missing: dict = field(default_factory=dict)  # Isolation -> int
     writers: list = field(default_factory=list)  # (name, acks, idempotence, transactional) of the canary writers
     refetches: int = 0
     list_offsets_failures: int = 0
+    topics: dict = field(default_factory=dict)  # topic ID -> (name, state: current | gone reason | known)
+    clock_skew: dict = field(default_factory=dict)  # writer name -> seconds its clock is ahead of the brokers'
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
@@ -138,13 +149,16 @@ class WatchCollector:
                 v.add_metric([inv.value, iso.value, d.value], s.violations.get((inv, iso, d), 0))
         yield v
         lost = CounterMetricFamily("vigil_lost_writes", "lost_write violations per canary writer (its configured "
-                                   "name), isolation and durability class: what each writer's settings cost.",
-                                   labels=["writer", "isolation", "durability"])
-        lost_by_writer = {(name, iso, d): 0 for name, *_rest in s.writers for iso in READERS for d in DURABILITIES}
+                                   "name), isolation, durability class and cause (never_read: never read where "
+                                   "acknowledged; vanished: read there, later gone; topic_vanished: its topic ID is "
+                                   "gone): what each writer's settings cost.",
+                                   labels=["writer", "isolation", "durability", "cause"])
+        lost_by_writer = {(name, iso, d, cause): 0 for name, *_rest in s.writers for iso in READERS
+                          for d in DURABILITIES for cause in LOST_CAUSES}
         lost_by_writer.update(s.lost_by_writer)  # every announced writer's series from the start, at 0
-        for (writer, iso, d), n in sorted(lost_by_writer.items(), key=lambda kv: (kv[0][0], kv[0][1].value,
-                                                                                  kv[0][2].value)):
-            lost.add_metric([writer, iso.value, d.value], n)
+        for (writer, iso, d, cause), n in sorted(lost_by_writer.items(), key=lambda kv: (
+                kv[0][0], kv[0][1].value, kv[0][2].value, kv[0][3])):
+            lost.add_metric([writer, iso.value, d.value, cause], n)
         yield lost
         info = GaugeMetricFamily("vigil_writer_info", "1 per canary writer the ledger announced, with what it does.",
                                  labels=["writer", "acks", "idempotence", "transactional"])
@@ -161,6 +175,19 @@ class WatchCollector:
         for iso in READERS:
             um.add_metric([iso.value], s.unconfirmed_missing.get(iso, 0))
         yield um
+        ti = GaugeMetricFamily("vigil_topic_info", "1 per topic ID the checker knows, with its name and state: "
+                               "current (what the name points at now), known, vanished or retired.",
+                               labels=["topic", "topic_id", "state"])
+        for tid, (name, state) in sorted(s.topics.items()):
+            ti.add_metric([name, tid, state], 1)
+        yield ti
+        skew = GaugeMetricFamily("vigil_writer_clock_skew_seconds", "How far each writer's clock is ahead of the "
+                                 "brokers' (its ledger entries' own time minus their append time, the largest "
+                                 "over the last probe round; negative: behind). Durations are taken from the "
+                                 "brokers' clock, so skew cannot fake or hide a stall.", labels=["writer"])
+        for name, seconds in sorted(s.clock_skew.items()):
+            skew.add_metric([name], seconds)
+        yield skew
         yield CounterMetricFamily("vigil_refetches", "Ranges read again directly to confirm a verdict or follow a "
                                   "rewrite.", value=s.refetches)
         yield CounterMetricFamily("vigil_list_offsets_failures", "Partition end listings of the prober that got no "
@@ -170,9 +197,13 @@ class WatchCollector:
         for iso in READERS:
             checked.add_metric([iso.value], s.records_checked.get(iso, 0))
         yield checked
-        yield CounterMetricFamily("vigil_expired_unread", "Acked writes that could not be judged: below the "
-                                  "reader's start or the log start offset, or acked beyond the live horizon.",
-                                  value=s.expired_unread)
+        ex = CounterMetricFamily("vigil_expired_unread", "Acked writes that could not be judged (never a "
+                                 "violation), by reason: below_first_read (below the reader's first offset), "
+                                 "log_start (below the log start offset), horizon (beyond the live horizon: the "
+                                 "audit's), retired (its topic ID was retired with vigil retire).", labels=["reason"])
+        for reason in EXPIRED_REASONS:
+            ex.add_metric([reason], s.expired_unread.get(reason, 0))
+        yield ex
         mal = CounterMetricFamily("vigil_malformed_records", "Records that are not well-formed canary records "
                                   "(foreign, malformed, bad ledger entries, unknown topic); counted, never fatal.",
                                   labels=["kind"])

@@ -118,8 +118,57 @@ def health_rules() -> list[dict[str, Any]]:
     ]
 
 
+def topic_rules() -> list[dict[str, Any]]:
+    return [
+        _rule("VigilCanaryTopicVanished",
+              'sum by (writer, isolation) (increase(vigil_lost_writes_total{cause="topic_vanished"}[10m])) > 0',
+              "warning", "the canary topic ID that writer {{ $labels.writer }} wrote to is gone",
+              "Acknowledged writes of {{ $labels.writer }} were lost in {{ $labels.isolation }} because their "
+              "topic ID vanished (deleted, or forgotten by the brokers). A deletion on purpose should have been "
+              "announced with `vigil retire`; a broker that forgot a topic broke a promise."),
+        _rule("VigilWriterClockSkew", "max by (writer) (abs(vigil_writer_clock_skew_seconds)) > 30",
+              "warning", "canary writer {{ $labels.writer }}'s clock is more than 30 s off the brokers'",
+              "Durations are taken from the brokers' clock, so verdicts are unaffected; the writers' own "
+              "timestamps (send and ack latencies) are not to be trusted until NTP is fixed.", "5m"),
+        _rule("VigilListOffsetsFailing", "increase(vigil_list_offsets_failures_total[5m]) > 0", "warning",
+              "the prober cannot list some canary partitions' ends",
+              "For 10 minutes, some partition leaders did not answer the prober's ListOffsets: stalled_poll and "
+              "lso_stuck on those partitions are judged on the last known ends.", "5m"),
+    ]
+
+
+def topic_tests(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    a = rule["alert"]
+    if a == "VigilCanaryTopicVanished":
+        s = ('vigil_lost_writes_total{writer="idempotent",isolation="read_committed",durability="guaranteed",'
+             'cause="topic_vanished"}')
+        other = ('vigil_lost_writes_total{writer="idempotent",isolation="read_committed",durability="guaranteed",'
+                 'cause="never_read"}')
+        return _standard(rule, s, {"writer": "idempotent", "isolation": "read_committed"}) + [
+            _case(f"{a} silent on losses of another cause", [(other, "0x20 1x20")], [("5m30s", a, [])])]
+    if a == "VigilWriterClockSkew":
+        s = 'vigil_writer_clock_skew_seconds{writer="txn"}'
+        return [
+            _case(f"{a} fires on a clock 45 s behind for 5 minutes", [(s, "0x10 -45x40")],
+                  [("4m", a, []), ("8m", a, _fired(rule, {"writer": "txn"}))]),
+            _case(f"{a} silent on a clean series", [(s, "0.2x20 -0.3x20")], [("10m", a, [])]),
+            _case(f"{a} silent on a missed scrape", [(s, "-45x20 _ -45x20")], [("2m", a, [])]),
+            _case(f"{a} silent across a monitor restart", [(s, "0.1x20 _x4 -0.2x20")], [("10m", a, [])]),
+            _case(f"{a} silent on a short jump", [(s, "0x10 60x4 0x20")], [("10m", a, [])]),
+        ]
+    s = "vigil_list_offsets_failures_total"
+    return [
+        _case(f"{a} fires when listings keep failing", [(s, "0x10 0+2x40")],
+              [("4m", a, []), ("9m", a, _fired(rule, {}))]),
+        _case(f"{a} silent on a clean series", [(s, "0x40")], [("10m", a, [])]),
+        _case(f"{a} silent after a short outage", [(s, "0x10 0+2x6 12x30")], [("10m", a, [])]),
+        _case(f"{a} silent on a missed scrape", [(s, "0x20 _ 0x20")], [("10m", a, [])]),
+        _case(f"{a} silent across a monitor restart", [(s, "5x20 _x4 0x20")], [("10m", a, [])]),
+    ]
+
+
 def rules() -> list[dict[str, Any]]:
-    return [invariant_rule(inv) for inv in CATALOG] + class_rules() + health_rules()
+    return [invariant_rule(inv) for inv in CATALOG] + class_rules() + health_rules() + topic_rules()
 
 
 # -- tests -----------------------------------------------------------------------------------
@@ -167,6 +216,7 @@ def invariant_tests(inv: Invariant, rule: dict[str, Any]) -> list[dict[str, Any]
             _case(f"{a} fires after 2 minutes", [(s, "0x10 5x30")], [("3m", a, []), ("5m", a, _fired(rule, labels))]),
             _case(f"{a} silent on a clean series", [(s, "0x40")], [("10m", a, [])]),
             _case(f"{a} silent on a missed scrape", [(s, "0x20 _ 0x20")], [("10m", a, [])]),
+        _case(f"{a} silent across a monitor restart", [(s, "5x20 _x4 0x20")], [("10m", a, [])]),
             _case(f"{a} silent across a monitor restart", [(s, "0x20 _x4 0x20")], [("10m", a, [])]),
         ]
     if inv in LIVENESS:
@@ -250,6 +300,8 @@ def tests() -> list[dict[str, Any]]:
         out += class_tests(rule)
     for rule in health_rules():
         out += health_tests(rule)
+    for rule in topic_rules():
+        out += topic_tests(rule)
     return out
 
 

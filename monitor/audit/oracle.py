@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import Intent, LedgerEntry, TxnEnd, TxnOutcome, WriteOutcome
-from invariants.model import Durability, TxnKey, WriteKey
+from invariants.model import Durability, TxnKey, WriteKey, lost_cause
 from invariants.promises import GUARANTEED, UNKNOWN, Promise
 from monitor.audit.book import LedgerBook
 
@@ -51,6 +51,7 @@ class AuditResult:
     records_checked: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
     lost_by_writer: dict[tuple[str, Isolation, Durability], int] = field(default_factory=lambda: defaultdict(int))
     expired: Counter = field(default_factory=Counter)  # reason -> writes
+    lost_by_cause: Counter = field(default_factory=Counter)  # (cause, isolation) -> lost writes
     aborted_allowed: int = 0
     undecided: int = 0
     unconfirmed_missing: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
@@ -61,6 +62,7 @@ class AuditResult:
         self.counts[(inv, iso, promise.durability)] += n
         if inv is Invariant.LOST_WRITE:
             self.lost_by_writer[(writer_name, iso, promise.durability)] += n
+            self.lost_by_cause[(lost_cause(example.get("cause", "")), iso)] += n
         if len(self.examples[(inv, iso)]) < 5:
             self.examples[(inv, iso)].append({**example, "durability": promise.durability.value,
                                               "reason": promise.reason})

@@ -53,17 +53,20 @@ class History:
     entries: list[LedgerEntry]
     reads: dict  # isolation -> (topic id, partition) -> [(offset, ident, txn id)]
     log_start: dict[tuple[str, int], int]  # canary topic log start offsets
-    topic_id: str
+    topic_id: str  # "" when the canary topic does not exist (any more)
     malformed: dict[str, int]
     ledger_start: dict[int, int]  # per ledger partition, the first offset it still holds
 
 
 def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
                  ) -> History:
-    """Read the whole ledger and both isolation levels of the canary topic, each up to its end."""
-    info = clients.describe_topic(clients.admin(cfg), cfg.canary.name)
-    if info is None:
-        raise AuditReadError(f"canary topic {cfg.canary.name!r} does not exist")
+    """Read the whole ledger and both isolation levels of the canary topic, each up to its end. A
+    canary topic that does not exist is no error: the ledger says what was written to it (and an
+    empty log is evidence of loss)."""
+    admin = clients.admin(cfg)
+    info = clients.describe_topic(admin, cfg.canary.name)
+    if info is None and clients.topic_exists(admin, cfg.canary.name):
+        raise AuditReadError(f"canary topic {cfg.canary.name!r} exists but could not be described; try again")
     ledger_info = clients.describe_topic(clients.admin(cfg, ledger=True), cfg.ledger.topic)
     malformed = {"ledger": 0, "foreign": 0, "malformed": 0}
     entries: list[LedgerEntry] = []
@@ -73,7 +76,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
 
         def on_ledger(msg: Any) -> None:
             try:
-                entry = decode(msg.value())
+                entry = decode(msg.value(), append_ts_us=max(0, msg.timestamp()[1]) * 1000)
             except LedgerFormatError:
                 malformed["ledger"] += 1
                 return
@@ -88,6 +91,10 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
         for p in sorted(by_partition):
             entries.extend(e for _off, e in sorted(by_partition[p], key=lambda t: t[0]))
     reads: dict[Isolation, dict[tuple[str, int], list[tuple[int, Any, int]]]] = {}
+    if info is None:
+        progress(f"{cfg.canary.name}: the topic does not exist; judging from the ledger alone")
+        return History(entries, {iso: {} for iso in Isolation if iso is not Isolation.NONE}, {}, "", malformed,
+                       ledger_start)
     for iso in (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED):
         per: dict[tuple[str, int], list[tuple[int, Any, int]]] = {}
 

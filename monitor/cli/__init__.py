@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.text import Text
 
 from invariants.errors import VigilError
-from monitor.cli import audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, run_cmd, watch_cmd
+from monitor.cli import (
+    audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd, watch_cmd,
+)
 
 app = typer.Typer(
     name="vigil",
@@ -27,6 +29,7 @@ app.command("run")(run_cmd.run)
 app.command("watch")(watch_cmd.watch)
 app.command("audit")(audit_cmd.audit_cmd)
 app.command("bench")(bench_cmd.bench)
+app.command("retire")(retire_cmd.retire)
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ from monitor.cli.common import ConfigOption, console, load_config, print_json, p
 
 def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
     h = read_history(cfg, timeout_s, progress)
-    result = audit(h.entries, h.reads, cfg.watch.settle_offsets, h.log_start, watched=[cfg.canary.name])
+    result = audit(h.entries, h.reads, cfg.watch.settle_offsets, h.log_start, watched=[cfg.canary.name],
+                   topic_ids_now={cfg.canary.name: h.topic_id or None})
     counts: dict[str, dict[str, int]] = {iso.value: {} for iso in Isolation}
     by_class: dict[str, dict[str, dict[str, int]]] = {iso.value: {} for iso in Isolation}
     for inv in (*HISTORY_INVARIANTS, Invariant.LSO_STUCK):
@@ -37,6 +38,9 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
         "topic_id": h.topic_id,
         "records_checked": {iso.value: n for iso, n in result.records_checked.items()},
         "expired_unread": result.expired_unread,
+        "expired_unread_by_reason": {reason: n for reason, n in sorted(result.expired.items()) if n},
+        "lost_writes_by_cause": {f"{cause}/{iso.value}": n for (cause, iso), n in sorted(
+            result.lost_by_cause.items(), key=lambda kv: (kv[0][0], kv[0][1].value)) if n},
         "aborted_records_read": result.aborted_allowed,
         "unconfirmed_missing": {iso.value: n for iso, n in result.unconfirmed_missing.items()},
         "undecided": result.undecided,
@@ -69,7 +73,7 @@ def audit_cmd(
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"audit of {cfg.canary.name} ({report['topic_id']})")
+    table = Table(title=f"audit of {cfg.canary.name} ({report['topic_id'] or 'topic missing'})")
     table.add_column("invariant")
     table.add_column("isolation")
     table.add_column("count", justify="right")
@@ -77,7 +81,8 @@ def audit_cmd(
         for inv, n in report[iso.value].items():
             table.add_row(inv, iso.value, f"[red]{n}[/]" if n else "0")
     console.print(table)
-    console.print(f"records checked: {report['records_checked']}  expired unread: {report['expired_unread']}  "
+    console.print(f"records checked: {report['records_checked']}  expired unread: {report['expired_unread']} "
+                  f"{report['expired_unread_by_reason'] or ''}  "
                   f"aborted records read (read_uncommitted, allowed): {report['aborted_records_read']}  "
                   f"not yet judgeable: {report['undecided']}")
     for row in report["lost_writes_by_writer"]:

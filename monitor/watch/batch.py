@@ -1,11 +1,15 @@
 """The thin adapter between a micro-batch (an Arrow table) and the pure checker.
 
 Columns: ``src`` (0 = canary read_committed, 1 = canary read_uncommitted, 2 = ledger),
-``topic``, ``partition``, ``offset``, ``value``. Canary values are decoded in bulk with
-:func:`monitor.record_format.decode_headers`; anything that is not a well-formed canary record
-is counted (``foreign`` without the magic bytes, ``malformed`` with them) and still takes part
-in the offset checks under a digest identity. Ledger values that are not entries are counted
-as ``ledger``. Nothing here raises on bad data.
+``topic``, ``partition``, ``offset``, ``value`` and, when present, ``ts_us`` (the record's
+timestamp: the broker's append time on the ``LogAppendTime`` ledger topic). Canary values are
+decoded in bulk with :func:`monitor.record_format.decode_headers`; anything that is not a
+well-formed canary record is counted (``foreign`` without the magic bytes, ``malformed`` with
+them) and still takes part in the offset checks under a digest identity. Ledger values that are
+not entries are counted as ``ledger``. Reads go to the checker under their topic *name*: which
+topic ID they belong to is the checker's to work out (:mod:`invariants.attribution`), with
+``fresh_id(name)`` — a metadata lookup of the name's ID now — when it asks. Nothing here raises
+on bad data.
 """
 
 from __future__ import annotations
@@ -36,18 +40,20 @@ class BatchStats:
     e2e_sum: Counter = field(default_factory=Counter)
 
 
-def apply_batch(checker: Checker, table: pa.Table, topic_ids: Callable[[str], str | None],
+def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str | None],
                 now: float | None = None) -> tuple[list[Violation], BatchStats]:
     """Feed one micro-batch to the checker: ledger first, then each reader's partitions."""
     now = time.time() if now is None else now
     stats = BatchStats()
+    checker.begin_batch()
     ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
     if ledger.num_rows:
         ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        stamps = ledger.column("ts_us").to_pylist() if "ts_us" in ledger.column_names else [0] * ledger.num_rows
         entries = []
-        for value in ledger.column("value").to_pylist():
+        for value, ts in zip(ledger.column("value").to_pylist(), stamps):
             try:
-                entries.append(decode(value))
+                entries.append(decode(value, append_ts_us=ts or 0))
             except LedgerFormatError:
                 stats.malformed["ledger"] += 1
         checker.apply_ledger(entries)
@@ -56,7 +62,7 @@ def apply_batch(checker: Checker, table: pa.Table, topic_ids: Callable[[str], st
         if not part.num_rows:
             continue
         part = part.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-        _apply_reads(checker, iso, part, topic_ids, now, stats)
+        _apply_reads(checker, iso, part, fresh_id, now, stats)
     return checker.settle(), stats
 
 
@@ -78,7 +84,7 @@ def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Coun
     return reads, malformed, headers["produce_ts_us"][valid]
 
 
-def _apply_reads(checker: Checker, iso: Any, part: pa.Table, topic_ids: Callable[[str], str | None],
+def _apply_reads(checker: Checker, iso: Any, part: pa.Table, fresh_id: Callable[[str], str | None],
                  now: float, stats: BatchStats) -> None:
     values = part.column("value").to_pylist()
     topics = part.column("topic").to_pylist()
@@ -94,11 +100,14 @@ def _apply_reads(checker: Checker, iso: Any, part: pa.Table, topic_ids: Callable
         reads, malformed, ts = to_reads(offsets[start:end], values[start:end])
         stats.malformed.update(malformed)
         latencies.append((now - ts / 1e6).clip(min=0))
-        tid = topic_ids(topics[start])
-        if tid is not None:
-            checker.apply_reads(iso, tid, int(partitions[start]), reads)
-        else:
-            stats.malformed["unknown_topic"] += end - start
+        name, p = topics[start], int(partitions[start])
+        if not checker.apply_named_reads(iso, name, p, reads, fresh_id):
+            tid = fresh_id(name)  # nothing known of the name yet: where it points now
+            if tid is None:
+                stats.malformed["unknown_topic"] += end - start
+            else:
+                checker.note_topic(name, tid)
+                checker.apply_named_reads(iso, name, p, reads, fresh_id)
         start = end
     latency = np.concatenate(latencies) if latencies else np.zeros(0)
     counts, _ = np.histogram(latency, bins=[-np.inf, *E2E_BUCKETS, np.inf])

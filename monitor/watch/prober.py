@@ -21,8 +21,11 @@ assigned to every canary partition from the end, and every ``probe_interval_s``:
 
 Listing *after* polling is what lets a stall show: the ends listed at the end of one round are
 what the readers must reach in the next; if their leader stops answering, the readers stay
-behind them. Records acknowledged but above the high watermark (an ``acks=1`` leader cut off
-from its followers) are not available to any reader, and are not a stall.
+behind them. The ledger's ``acks=all`` acknowledgements are a second lower bound of the high
+watermark (such an ack is given only once the high watermark passed the write), known even
+when the leader stops answering before the next listing. Records acknowledged with ``acks=1``
+but above the high watermark (a leader cut off from its followers) are not available to any
+reader, and are not a stall.
 
 It never blocks longer than a few seconds per round, whatever the brokers do.
 """
@@ -38,7 +41,7 @@ from confluent_kafka import OFFSET_END, IsolationLevel, KafkaError, KafkaExcepti
 from confluent_kafka.admin import OffsetSpec
 
 from invariants.accounting import LedgerFold
-from invariants.ledger_format import LedgerFormatError, decode
+from invariants.ledger_format import LedgerFormatError, Outcomes, WriteOutcome, decode
 from invariants.liveness import BrokerClock, LivenessJudge
 from invariants.model import RC, RU, Violation
 from monitor import clients
@@ -51,6 +54,7 @@ class PartitionEnds:
     lso: int = -1
     log_start: int = 0
     fresh: bool = False  # listed in the latest round (else: the last values known)
+    acked_end: int = -1  # highest offset + 1 the ledger says an acks=all write was acknowledged at
 
 
 @dataclass
@@ -161,6 +165,7 @@ class Prober(threading.Thread):
                 self.clock.observe(entry.append_ts_us, read_at)
                 self.fold.apply(entry)
                 w = self.fold.writers.get((entry.writer.instance, entry.writer.inc))
+                self._note_acks(entry.body, w)
                 if entry.append_ts_us and w is not None and w.settings is not None:
                     gap = (entry.ts_us - entry.append_ts_us) / 1e6
                     skew[w.settings.name] = max(gap, skew.get(w.settings.name, gap))
@@ -170,6 +175,21 @@ class Prober(threading.Thread):
             if self.clock.offsets:
                 self.view.clock_offset_us = min(self.clock.offsets)
 
+    def _note_acks(self, body: Any, w: Any) -> None:
+        """An ``acks=all`` acknowledgement means the high watermark had passed the write when it
+        was given: a lower bound of the end a read_uncommitted reader may reach, known even when
+        the leader no longer answers a listing. Not so for ``acks=1``/``0``: such a write may sit
+        above the high watermark (a leader cut off from its followers), where no reader waits."""
+        if not isinstance(body, Outcomes) or w is None or w.settings is None or w.settings.acks != "all":
+            return
+        with self.lock:
+            if body.topic_id != self.view.topic_id:
+                return
+            for run in body.runs:
+                if run.outcome is WriteOutcome.ACKED and run.first_offset >= 0:
+                    ends = self.view.ends.setdefault(run.partition, PartitionEnds())
+                    ends.acked_end = max(ends.acked_end, run.first_offset + run.count)
+
     def _broker_now(self, now: float) -> float:
         """The brokers' time now; while the ledger is not read to its end, the newest append time read."""
         caught_up = bool(self.ledger_at_end) and all(self.ledger_at_end.values())
@@ -177,7 +197,7 @@ class Prober(threading.Thread):
 
     def _end(self, iso: Any, p: int) -> int:
         ends = self.view.ends.get(p, PartitionEnds())
-        return ends.lso if iso is RC else ends.high_watermark
+        return ends.lso if iso is RC else max(ends.high_watermark, ends.acked_end)
 
     def _poll_readers(self) -> None:
         """Fetch only during a probe: resume, read up to the ends known now, pause again.
@@ -234,7 +254,7 @@ class Prober(threading.Thread):
                 if fresh and 0 <= hw < old.high_watermark:  # the log end went backwards: a rewrite
                     self.rewinds.append((self.view.topic_id, p, hw, old.high_watermark))
                 self.view.ends[p] = PartitionEnds(hw, got.get("lso", old.lso), got.get("log_start", old.log_start),
-                                                  fresh)
+                                                  fresh, old.acked_end)
 
     def take_rewinds(self) -> list[tuple[str, int, int, int]]:
         """High watermarks seen going backwards since the last call: (topic id, partition, new, old)."""

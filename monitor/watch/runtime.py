@@ -55,7 +55,7 @@ class WatchRuntime:
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe)
         self.prober.prime(self.state.open_episodes)
-        self.topics = TopicDirectory(cfg, self.prober)
+        self.topics = TopicDirectory(cfg, self.prober, lambda tid: self.state.checker.topics.name_of(tid))
         self.refetcher = Refetcher(cfg)
         self._refetching = threading.Lock()
         self.status = QueryStatus()
@@ -86,13 +86,8 @@ class WatchRuntime:
             if batch_id <= self.state.batch_id:
                 return
             try:
-                view = self.prober.snapshot()  # below the log start nothing is judged (retention)
-                if view.topic_id:
-                    self.state.checker.watch_topic_id(view.topic_id)
-                for p, ends in view.ends.items():
-                    if view.topic_id and ends.log_start > 0:
-                        self.state.checker.set_log_start(view.topic_id, p, ends.log_start)
-                violations, stats = apply_batch(self.state.checker, table, self.topics.topic_id_of)
+                self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
+                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id)
                 st = self.state
                 st.malformed.update(stats.malformed)
                 for iso, counts in stats.e2e_counts.items():
@@ -113,13 +108,29 @@ class WatchRuntime:
             self.published = self._snapshot()
         self.service_refetches()
 
+    def _note_topic(self) -> None:
+        """What the prober's metadata says of the canary topic (under the batch lock): its ID now
+        (an ID it replaced is gone), whether it has been missing long enough to be gone, and its
+        partitions' log starts."""
+        view = self.prober.snapshot()
+        ck = self.state.checker
+        name = self.cfg.canary.name
+        if view.missing_since and time.time() - view.missing_since >= self.cfg.watch.topic_gone_after_s:
+            ck.topic_vanished(name)
+        elif view.topic_id:
+            ck.note_topic(name, view.topic_id)
+            for p, ends in view.ends.items():
+                if ends.log_start > 0:
+                    ck.set_log_start(view.topic_id, p, ends.log_start)
+
     def after_probe(self) -> None:
-        """After each prober round: high watermarks that went backwards, then what is to be read again."""
+        """After each prober round: the topic's ID, high watermarks that went backwards, then what
+        is to be read again."""
         rewinds = self.prober.take_rewinds()
-        if rewinds:
-            with self.lock:
-                for tid, p, new, old in rewinds:
-                    self.state.checker.suspect(tid, p, new, old)
+        with self.lock:
+            self._note_topic()
+            for tid, p, new, old in rewinds:
+                self.state.checker.suspect(tid, p, new, old)
         self.service_refetches()
 
     def service_refetches(self) -> None:
@@ -133,6 +144,8 @@ class WatchRuntime:
             results = []
             for w in wanted:
                 name = self.topics.topic_name_of(w.topic_id)
+                if name and self.topics.fresh_id(name) != w.topic_id:
+                    continue  # the name points at another topic now: that ID cannot be read again
                 if name and not self.stop.is_set():
                     results.append((w, self.refetcher.read_both(name, w.partition, w.lo, w.hi)))
             if not results:

@@ -31,15 +31,26 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         if leader >= 0:
             led[leader] = led.get(leader, 0) + 1
     return WatchSnapshot(
-        violations=violations, records_checked=dict(ck.records_checked), expired_unread=ck.expired_unread,
+        violations=violations, records_checked=dict(ck.records_checked), expired_unread=ck.expired_by_reason,
         malformed=dict(st.malformed), aborted_allowed=ck.aborted_allowed,
-        unseen=ck.unseen(int(time.time() * 1e6), unseen_after_s),
+        unseen=ck.unseen(view.broker_now_us(time.time()), unseen_after_s),
         e2e_counts={k: v.tolist() for k, v in st.e2e_counts.items()}, e2e_sum=dict(st.e2e_sum),
         lag=lag, last_progress=progress, last_batch=last_batch, up=int(up),
         restarts=st.restarts, led=led, stalls_open=dict(view.open_stalls), state_bytes=state_bytes,
         batches=st.batches, lost_by_writer=dict(ck.sink.lost_by_writer),
-        rewrites={p: n for (tid, p), n in ck.offsets.rewrites.items() if tid == view.topic_id},
+        rewrites={p: ck.offsets.rewrites.get((view.topic_id, p), 0) for p in range(view.partitions)},
         unconfirmed_missing=dict(ck.unconfirmed.missing),
         writers=sorted((w.name, w.acks, w.idempotence, w.transactional) for w in ck.writer_info.values()),
         refetches=st.refetches, list_offsets_failures=view.list_offsets_failures,
+        topics=topic_states(ck, view.topic_id), clock_skew=dict(view.clock_skew),
     )
+
+
+def topic_states(ck, current: str) -> dict[str, tuple[str, str]]:
+    """Every topic ID the checker knows: its name and whether it is current, known, or gone (and why)."""
+    out = {}
+    for name, ids in ck.topics.ids.items():
+        for tid in ids:
+            state = ck.topics.gone.get(tid) or ("current" if tid == current else "known")
+            out[tid] = (name, state)
+    return out

@@ -77,7 +77,8 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
         .option("kafka.isolation.level", isolation)
         .load()
     )
-    return df.select(F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset", "value")
+    return df.select(F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset", "value",
+                     F.unix_micros("timestamp").alias("ts_us"))
 
 
 def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True) -> DataFrame:

@@ -1,43 +1,55 @@
 """Topic names, topic IDs and leaders, as the watch needs them for reads and evidence.
 
-Spark rows carry topic names, the checker keys everything by topic ID: the canary topic's ID
-comes from the prober's metadata, any other name is looked up once through the admin API.
+Spark rows carry topic names, the checker keys everything by topic ID and attributes reads itself
+(:mod:`invariants.attribution`); it asks for the name's ID *now* (:meth:`TopicDirectory.fresh_id`,
+a metadata lookup, cached for a second) only when a reader's offsets go backwards or a new reader
+starts. Names of IDs come from what the checker learnt (the ledger, the prober's metadata).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 from monitor import clients
 from monitor.config import Config
 from monitor.watch.prober import Prober
 
+FRESH_FOR_S = 1.0
+
 
 class TopicDirectory:
-    def __init__(self, cfg: Config, prober: Prober) -> None:
+    def __init__(self, cfg: Config, prober: Prober, name_of: Callable[[str], str] = lambda _t: "") -> None:
         self.cfg = cfg
         self.prober = prober
-        self._ids: dict[str, str] = {}
+        self.name_of = name_of  # the checker's knowledge: topic ID -> name
         self._admin: Any = None
+        self._fresh: dict[str, tuple[float, str | None]] = {}
 
-    def topic_id_of(self, name: str) -> str | None:
-        view = self.prober.snapshot()
-        if name == self.cfg.canary.name and view.topic_id:
-            return view.topic_id
-        if name not in self._ids:
-            if self._admin is None:
-                self._admin = clients.admin(self.cfg)
+    def fresh_id(self, name: str) -> str | None:
+        """The ID ``name`` has now (None: missing, or nobody answered)."""
+        at, tid = self._fresh.get(name, (0.0, None))
+        if time.monotonic() - at < FRESH_FOR_S:
+            return tid
+        if self._admin is None:
+            self._admin = clients.admin(self.cfg)
+        try:
             info = clients.describe_topic(self._admin, name, timeout=10)
-            if info is None:
-                return None
-            self._ids[name] = info.topic_id
-        return self._ids[name]
+        except Exception:  # noqa: BLE001 - brokers away: not known now
+            return None
+        tid = None if info is None else info.topic_id
+        self._fresh[name] = (time.monotonic(), tid)
+        return tid
 
     def topic_name_of(self, topic_id: str) -> str:
         view = self.prober.snapshot()
         if topic_id == view.topic_id:
             return self.cfg.canary.name
-        return next((n for n, t in self._ids.items() if t == topic_id), "")
+        return self.name_of(topic_id)
+
+    def current(self, topic_id: str) -> bool:
+        """Whether ``topic_id`` is what the canary topic's name points at now (as the prober saw)."""
+        return topic_id == self.prober.snapshot().topic_id
 
     def leader_of(self, topic_id: str, partition: int) -> int | None:
         view = self.prober.snapshot()

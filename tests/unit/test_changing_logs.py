@@ -193,6 +193,10 @@ def test_a_topic_recreated_under_the_writers(seed, from_earliest, notice, moved,
     for _ in range(6):
         rng.choice(writers).write(rng.randrange(2), rng.randint(1, 4))
         sim.drive(rng.randint(0, 5))
+    for p in range(2):  # both readers have read every partition once, as Spark's have by then
+        writers[0].write(p, 1)
+        for iso in READERS:
+            sim.read(iso, p, 1)
     moved = min(moved, len(sim.logs[0]))
     for o in range(moved):
         sim.logs[0][o] = None
@@ -200,6 +204,7 @@ def test_a_topic_recreated_under_the_writers(seed, from_earliest, notice, moved,
     for w in writers:
         w.checkpoint()
     sim.drive(rng.randint(0, 20))
+    a_ends = {p: len(sim.logs[p]) for p in range(2)}
     old = sim.recreate(writers_notice=notice)
     if from_earliest:
         sim.pos = {key: 0 for key in sim.pos}
@@ -212,6 +217,9 @@ def test_a_topic_recreated_under_the_writers(seed, from_earliest, notice, moved,
     for _ in range(8):
         rng.choice(writers).write(rng.randrange(2), rng.randint(1, 4))
         sim.drive(rng.randint(0, 5))
+    for p in range(2):  # the canary goes on writing: B grows past where the readers were on A
+        while len(sim.logs[p]) <= a_ends[p] + H:
+            rng.choice(writers).write(p, rng.randint(1, 4))
     for w in writers:
         w.write(0, H)
         w.write(1, H)

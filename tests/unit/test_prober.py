@@ -136,6 +136,22 @@ def test_records_acknowledged_above_the_high_watermark_are_no_stall():
     assert [v for now in range(0, 60, 3) for v in prober._judge(now)] == []
 
 
+def test_acks_all_acknowledgements_are_records_a_reader_may_read_even_when_the_leader_stops_answering():
+    """The last listing may predate the writes that now wait (the leader froze right after it):
+    an acks=all ack says the high watermark passed the write, an acks=1 ack does not."""
+    for acks, stalls in (("all", 1), ("1", 0)):
+        prober = stuck_prober(high_watermark=10)
+        prober.ledger = FakeLedger([
+            entry(0, Start("vigil-canary", "T", 1, WriterSettings(acks=acks, idempotence=acks == "all"))),
+            entry(1, Intent("T", (WriteRange(0, 0, 5),))),
+            entry(2, Outcomes("T", (run(0, 0, 5, "acked", 10),))),
+            entry(3, Outcomes("U", (run(0, 5, 1, "acked", 90),))),  # another topic ID: not this log
+        ])
+        prober._read_ledger()
+        assert prober.view.ends[0].acked_end == (15 if acks == "all" else -1)
+        assert len([v for now in range(0, 30, 3) for v in prober._judge(now)]) == stalls
+
+
 class FakeAdmin:
     def __init__(self, ends: dict[str, dict[int, int]]) -> None:
         self.ends = ends

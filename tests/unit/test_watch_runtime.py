@@ -63,7 +63,7 @@ def runtime(tmp_path, monkeypatch):
     def make() -> WatchRuntime:
         rt = WatchRuntime(cfg)
         rt.prober.view.topic_id = TID  # the canary topic's ID, as the prober's metadata has it
-        monkeypatch.setattr(rt.topics, "topic_id_of", lambda name: TID)
+        monkeypatch.setattr(rt.topics, "fresh_id", lambda name: TID)
         monkeypatch.setattr(rt.topics, "topic_name_of", lambda tid: "canary")
         monkeypatch.setattr(rt.topics, "leader_of", lambda tid, p: 1)
         return rt
@@ -165,4 +165,4 @@ def test_writes_below_the_log_start_the_prober_saw_are_expired_not_lost(runtime)
     rt.prober.view.ends[0] = PartitionEnds(log_start=10)  # retention deleted offsets below 10
     rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)  # the lie claims offset 5
     assert lost(rt) == [0, 0]
-    assert rt.published.expired_unread == 2
+    assert rt.published.expired_unread == {"log_start": 2}

@@ -54,7 +54,7 @@ def restarted(ck: Checker) -> Checker:
 # -- attribution -------------------------------------------------------------------------------
 
 
-def test_a_new_stream_starts_on_the_newest_id_of_its_content_and_the_names_id_now():
+def test_a_new_stream_starts_on_its_contents_id_else_the_names_id_now():
     a = TopicAttribution()
     assert a.attribute("rc", "c", 0, reads([(0, (1, 1, 0))]), lambda r: None) is None  # nothing known of "c"
     a.note("c", "A")
@@ -63,8 +63,11 @@ def test_a_new_stream_starts_on_the_newest_id_of_its_content_and_the_names_id_no
     assert a.attribute("rc", "c", 0, reads([(7, (1, 1, 0)), (8, (1, 1, 1))]), lambda r: content[r.ident[2]]) == "A"
     assert a.attribute("rc", "c", 0, reads([(0, (1, 1, 2)), (1, ("x", 3, 4))]),
                        lambda r: content.get(r.ident[2])) == "B"  # a newer ID by content
-    # a straggler of A read first on a new stream, while the name already points at B
-    assert a.attribute("ru", "c", 0, reads([(0, (1, 1, 1))]), lambda r: "A", lambda n: "B") == "B"
+    # the tail of A read first on a new stream while the name already points at B: content wins
+    assert a.attribute("ru", "c", 0, reads([(0, (1, 1, 1))]), lambda r: "A", lambda n: "B") == "A"
+    # no canary record of a known intent: the name's ID now, else the newest known
+    assert a.attribute("ru", "c", 1, reads([(0, ("x", 1, 1))]), lambda r: None, lambda n: "A") == "A"
+    assert a.attribute("ru", "c", 2, reads([(0, ("x", 1, 1))]), lambda r: None) == "B"
 
 
 def test_stragglers_of_an_old_id_read_on_the_new_topic_belong_to_the_new_one():
