@@ -56,6 +56,15 @@ looks the same as a bogus one afterwards), so a reader that never saw offset 0 c
 write ``expired_unread`` rather than guessing. Implies ``offset_mismatch`` once the record
 is read.
 
+**zero_offset** in the audit, which sees only the final log: counted only when the write is
+read elsewhere or its ack followed a higher ack of the same writer incarnation, partition and
+topic ID (an offset going back to 0 at ack time). A write acked at 0 that offset 0 no longer
+holds, read nowhere, first of its writer there, is a ``lost_write``: a log that started again
+from 0 under the same topic ID (a broker back without the partition's data) — measured on the
+local cluster, the audit called the first write of a wiped RF-1 partition a bogus zero offset
+while live, which had read it at 0, counted it lost. Known gap: a live checker that never read
+offset 0 before the log started again still counts ``zero_offset`` there.
+
 **Classes.** A write never read is classed by its writer and topic (acks, idempotence,
 replication, ``min.insync.replicas``, unclean election); a vanished record by the topic's
 unclean election setting; a bogus or mismatched offset is always ``guaranteed``

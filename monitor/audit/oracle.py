@@ -159,6 +159,20 @@ def _inconsistent(res: AuditResult, book: LedgerBook, at: dict) -> None:
                             offset=off)
 
 
+def _zero_acks_after_higher(book: LedgerBook) -> set:
+    """Acks at offset 0 that follow (in seq order) an ack of the same writer incarnation,
+    partition and topic ID at a higher offset: an offset going back to 0 at ack time."""
+    out, highest = set(), {}
+    for wkey, st in sorted(book.writes.items(), key=lambda kv: kv[0]):
+        if st.outcome is not WriteOutcome.ACKED:
+            continue
+        stream = (wkey.topic_id, wkey.partition, wkey.writer_id, wkey.inc)
+        if st.offset == 0 and highest.get(stream, 0) > 0:
+            out.add(wkey)
+        highest[stream] = max(highest.get(stream, 0), st.offset)
+    return out
+
+
 def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
     return iso is RU or txn_outcome is None or txn_outcome is TxnOutcome.COMMITTED
 
@@ -166,6 +180,7 @@ def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
 def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
                   log_start: dict[tuple[str, int], int], gone: dict[str, str]) -> None:
     bounds = {iso: {part: (min(offs), max(offs) + 1) for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
+    backwards = _zero_acks_after_higher(book)
     for wkey, st in book.writes.items():
         if st.outcome is not WriteOutcome.ACKED:
             continue
@@ -197,7 +212,7 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
                 res.undecided += 1
             elif o < start:
                 res.expired["below_first_read"] += 1
-            elif o == 0 and offsets_read.get(0) != ident:
+            elif o == 0 and offsets_read.get(0) != ident and (found or wkey in backwards):
                 res.add(Invariant.ZERO_OFFSET, iso, **ex)
                 if found:
                     res.add(Invariant.OFFSET_MISMATCH, iso, **ex)

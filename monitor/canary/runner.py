@@ -62,8 +62,12 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
     observer.start()
 
     def recreate() -> clients.TopicInfo:
+        # As configured, but with as many partitions as it had: readers that were assigned the
+        # partitions an operator added would otherwise wait for them forever (Spark's Kafka
+        # source fails its batch after 60 s without a position).
         c = config.canary
-        return clients.ensure_topic(admin, c.name, c.partitions, c.replication_factor, c.topic_configs())
+        partitions = max(c.partitions, observer.most_partitions)
+        return clients.ensure_topic(admin, c.name, partitions, c.replication_factor, c.topic_configs())
 
     cls = TransactionalWriter if writer.transactional else CanaryWriter
     return cls(writer, topics.canary, identity, ledger, factory, metrics, observer=observer,

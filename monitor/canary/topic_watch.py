@@ -43,6 +43,7 @@ class TopicObserver(threading.Thread):
         self.on_view = on_view
         self.stop_event = threading.Event()
         self.latest = TopicView(None, None, 0.0)
+        self.most_partitions = 0  # the most partitions the topic was seen with (a recreation keeps them)
 
     def refresh(self, timeout: float = 5.0) -> TopicView:
         try:
@@ -59,6 +60,8 @@ class TopicObserver(threading.Thread):
         if info is not None and not starts and same_topic:
             starts = self.latest.log_starts
         self.latest = TopicView(info, settings, time.time(), missing, starts)
+        if info is not None:
+            self.most_partitions = max(self.most_partitions, info.partitions)
         self.on_view(self.latest)
         return self.latest
 

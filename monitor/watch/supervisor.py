@@ -30,7 +30,10 @@ def supervise(rt: "WatchRuntime", start_query: Callable[[], Any], deadline: floa
         if query is not None:
             rt.query_started()
             while query.isActive and running():
-                query.awaitTermination(1)
+                try:
+                    query.awaitTermination(1)
+                except Exception:  # noqa: BLE001 - it terminated with an error: query.exception() below
+                    break
                 rt.refresh()
                 on_tick()
                 if time.time() - rt.status.started_at > 60:

@@ -365,3 +365,18 @@ def test_checkpoints_carry_the_log_starts_of_the_topic_written_to():
     w.checkpoint()
     cp = [b for b in _ledger_bodies(log) if isinstance(b, Checkpoint)][-1]
     assert cp.log_starts == (4, 0, 9)
+
+
+def test_the_topic_observer_remembers_the_most_partitions_for_a_recreation(monkeypatch):
+    from monitor import clients
+    from monitor.canary.topic_watch import TopicObserver
+
+    seen = [TopicInfo("c", "A", 2, {0: 1, 1: 2}, 3), TopicInfo("c", "A", 3, {0: 1, 1: 2, 2: 3}, 3), None]
+    monkeypatch.setattr(clients, "describe_topic", lambda *_a, **_k: seen.pop(0))
+    monkeypatch.setattr(clients, "topic_exists", lambda *_a, **_k: False)
+    monkeypatch.setattr(clients, "topic_settings", lambda *_a, **_k: None)
+    monkeypatch.setattr(clients, "log_starts", lambda *_a, **_k: ())
+    observer = TopicObserver(object(), "c")
+    for _ in range(3):
+        observer.refresh()
+    assert observer.latest.missing and observer.most_partitions == 3  # an operator added one, then it vanished

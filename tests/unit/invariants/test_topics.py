@@ -193,3 +193,42 @@ def test_another_topics_retirement_changes_nothing():
     ck = Checker(SETTINGS, ["c"])
     ck.apply_ledger(led.entries)
     assert ck.settle() == [] and ck.topics.gone == {}
+
+
+def test_a_log_that_restarted_empty_lost_the_write_acked_at_zero_it_held_no_bogus_zero_offset():
+    """A broker back without the partition's data (the same topic ID): the log starts again at 0
+    and the writer's next writes are acked at 0, 1, ... The write first acked at 0 is lost, not a
+    bogus zero offset: live (which read it there before) and the audit (which sees only the
+    final log) agree. A zero ack that follows higher acks and whose record is nowhere stays
+    zero_offset in the audit."""
+    led = Ledger().add(Start("c", "A", 1, WriterSettings("w")))
+    before = led.acked("A", [0, 1, 2])
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(before))
+    assert ck.settle() == []
+    n = len(led.entries)
+    after = led.acked("A", [0, 1])  # the restarted log
+    ck.apply_ledger(led.entries[n:])
+    filler = [(o, ("x", 9, o)) for o in range(2, 2 + SETTINGS.settle_offsets)]
+    for iso in (RC, RU):  # Spark resumes lower on the restarted log
+        assert ck.apply_named_reads(iso, "c", 0, reads(after + filler), lambda _n: "A")
+    for _ in range(5):
+        ck.begin_batch()
+        ck.settle()
+        for w in ck.refetch_wanted():
+            for iso in (RC, RU):
+                ck.apply_reads(iso, "A", 0, [r for r in reads(after + filler) if w.lo <= r.offset < w.hi],
+                               covered=(w.lo, w.hi))
+    live = counts(ck)
+    assert live.get(("lost_write", "read_uncommitted")) == 3 and ("zero_offset", "read_uncommitted") not in live
+    final = {iso: {("A", 0): [(o, ident, 0) for o, ident in after + filler]} for iso in (RC, RU)}
+    res = audit(led.entries, final, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "A"})
+    assert {(i.value, s.value): n for (i, s), n in res.nonzero().items() if i.value == "lost_write"} == \
+        {k: v for k, v in live.items() if k[0] == "lost_write"}
+    assert not any(i.value == "zero_offset" for i, _s in res.nonzero())
+    # the same final log with a lying ack: a third write acked at 0 after higher acks, nowhere to be read
+    led.acked("A", [0])
+    res = audit(led.entries, final, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "A"})
+    assert res.count(*next(k for k in res.nonzero() if k[0].value == "zero_offset")) == 1

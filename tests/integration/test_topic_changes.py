@@ -1,0 +1,100 @@
+"""A canary topic that changes under running writers: partitions added, the topic deleted (the
+writers create it again), and retired on purpose then deleted — one run, live == audit."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import NewPartitions
+
+from monitor.clients import admin, describe_topic
+from tests.integration.helpers import vigil_json
+from tests.integration.watch_helpers import (
+    Background, audit_counts, metrics_up, nonzero, sample, scrape, violations, wait_for, watch_config,
+)
+
+ISOS = ("read_committed", "read_uncommitted")
+
+
+def topic_states(port: int) -> dict[str, str]:
+    """topic ID -> state, from vigil_topic_info."""
+    return {dict(labels)["topic_id"]: dict(labels)["state"]
+            for (name, labels), _v in scrape(port).items() if name == "vigil_topic_info"}
+
+
+def checked(port: int) -> float:
+    return sum(sample(port, "vigil_records_checked_total", isolation=iso) or 0 for iso in ISOS)
+
+
+def delete_and_wait_for_the_writers(cfg, port: int, client) -> str:
+    """Deletes the canary topic; returns the new ID once the writers created it again and the
+    checker reads writes from it (within a minute)."""
+    old = describe_topic(client, cfg.canary.name).topic_id
+    client.delete_topics([cfg.canary.name], operation_timeout=30)[cfg.canary.name].result()
+    deleted = time.monotonic()
+
+    def new_id() -> str | None:
+        info = describe_topic(client, cfg.canary.name)
+        return info.topic_id if info is not None and info.topic_id != old else None
+
+    tid = wait_for(new_id, 60, "the writers to create the topic again")
+    wait_for(lambda: topic_states(port).get(tid) == "current" and topic_states(port).get(old) in ("vanished", "retired"),
+             60 - (time.monotonic() - deleted), "the checker to see the new ID", show=lambda: topic_states(port))
+    before = checked(port)
+    wait_for(lambda: checked(port) > before + 500, 60 - (time.monotonic() - deleted), "writes checked on the new ID")
+    return tid
+
+
+def test_partitions_added_topic_deleted_then_retired_and_deleted_under_running_writers(cluster_ready, tmp_path):
+    cfg, path = watch_config(
+        cluster_ready, tmp_path, "topics", 29478,
+        canary={"partitions": 2},
+        ledger={"checkpoint_interval_s": 5},
+        writers=[{"name": "idempotent", "rate": 150}, {"name": "txn", "transactional": True, "rate": 30}])
+    port = cfg.metrics.port
+    client = admin(cfg)
+    run = Background(path, "run", "--json", name="run")
+    try:
+        wait_for(lambda: metrics_up(port), 120, "the first batch")
+        time.sleep(10)
+        # (d) a partition added: written to, read and probed within a minute
+        client.create_partitions([NewPartitions(cfg.canary.name, 3)])[cfg.canary.name].result()
+        wait_for(lambda: sample(port, "vigil_log_rewrites_total", partition="2") is not None, 60,
+                 "the prober to list partition 2")
+        wait_for(lambda: all(sample(port, "vigil_partition_lag_records", isolation=iso, partition="2") is not None
+                             for iso in ISOS), 60, "both readers to read partition 2")
+        assert nonzero(violations(port)) == {}
+
+        # (b) deleted under the writers: the old ID's acked writes are lost, cause topic_vanished
+        first = describe_topic(client, cfg.canary.name).topic_id
+        second = delete_and_wait_for_the_writers(cfg, port, client)
+        wait_for(lambda: all(violations(port)[("lost_write", iso)] > 0 for iso in ISOS), 60,
+                 "the old ID's writes judged lost")
+        time.sleep(10)
+        lost = {iso: violations(port)[("lost_write", iso)] for iso in ISOS}
+        causes = {dict(labels)["cause"] for (name, labels), v in scrape(port).items()
+                  if name == "vigil_lost_writes_total" and v > 0}
+        assert causes == {"topic_vanished"}
+        assert topic_states(port)[first] == "vanished"
+
+        # (c) retired first, then deleted: nothing more is lost, the writes end as retired
+        retired = vigil_json(path, "retire", "--reason", "integration test")
+        assert retired["topic_id"] == second
+        delete_and_wait_for_the_writers(cfg, port, client)
+        wait_for(lambda: (sample(port, "vigil_expired_unread_total", reason="retired") or 0) > 0, 60,
+                 "the retired ID's writes expired")
+        assert topic_states(port)[second] == "retired"
+        time.sleep(15)
+        live = violations(port)
+        assert {iso: live[("lost_write", iso)] for iso in ISOS} == lost
+    finally:
+        assert run.stop() == 0, run.tail()
+    live = nonzero(live)
+    kinds = {inv for inv, _iso in live}
+    assert kinds <= {"lost_write", "producer_stalled"}, live  # a writer's transaction may hang on the deleted topic
+    report = vigil_json(path, "audit")
+    assert {k: v for k, v in nonzero(audit_counts(report)).items() if k[0] == "lost_write"} == \
+        {k: v for k, v in live.items() if k[0] == "lost_write"}
+    assert set(report["lost_writes_by_cause"]) == {f"topic_vanished/{iso}" for iso in ISOS}
+    assert report["expired_unread_by_reason"].get("retired", 0) > 0
+    assert report["undecided"] == 0
