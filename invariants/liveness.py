@@ -151,9 +151,13 @@ class LivenessJudge:
         self.prev_lso: dict[int, tuple[int, int]] = {}  # partition -> (LSO, high watermark) last listed
 
     def forget_positions(self) -> None:
-        """The readers were reassigned (a new topic ID): earlier positions and ends mean nothing."""
+        """The readers were reassigned (a new topic ID) or their topic is gone: earlier positions,
+        ends and the episodes on them mean nothing (a reader cannot read a deleted topic; that
+        is no stall of the partitions it had)."""
         self.prev.clear()
         self.prev_lso.clear()
+        self.stalls = StallTracker(self.stall_s)
+        self.lso_episodes = StallTracker(self.lso_s)
 
     def poll(self, iso: Isolation, topic_id: str, p: int, position: int, available_end: int,
              now: float) -> list[Violation]:

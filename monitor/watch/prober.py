@@ -48,6 +48,9 @@ from monitor import clients
 from monitor.config import Config
 
 
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID}
+
+
 @dataclass
 class PartitionEnds:
     high_watermark: int = -1
@@ -100,6 +103,7 @@ class Prober(threading.Thread):
         self.ledger_at_end: dict[int, bool] = {}  # ledger partition -> read to its end
         self.rewinds: list[tuple[str, int, int, int]] = []  # (topic id, partition, new high watermark, old)
         self.eof: dict[tuple, int] = {}
+        self.topic_unknown = False  # the last listing was told the topic does not exist (deleted?)
         self.error: str | None = None
 
     # -- setup -----------------------------------------------------------------------------
@@ -118,6 +122,8 @@ class Prober(threading.Thread):
         if info is None:
             if not clients.topic_exists(self.admin, self.cfg.canary.name, timeout=3):
                 with self.lock:
+                    if not self.view.missing_since:
+                        self.judge.forget_positions()
                     self.view.missing_since = self.view.missing_since or time.time()
             return
         brokers = sorted(b.id for b in self.admin.describe_cluster(request_timeout=3).result().nodes)
@@ -235,11 +241,15 @@ class Prober(threading.Thread):
             "log_start": self.admin.list_offsets(earliest, request_timeout=3),
         }
         listed: dict[int, dict[str, int]] = {}
+        self.topic_unknown = False
         for attr, futures in requests.items():
             for tp, fut in futures.items():
                 try:
                     offset = fut.result(timeout=4).offset
-                except Exception:  # that leader did not answer: keep what we knew
+                except KafkaException as exc:  # that leader did not answer: keep what we knew
+                    self.topic_unknown |= exc.args[0].code() in _UNKNOWN_TOPIC
+                    continue
+                except Exception:  # noqa: BLE001 - no answer in time: keep what we knew
                     continue
                 if offset >= 0:  # an error result (e.g. OFFSET_INVALID): keep what we knew
                     listed.setdefault(tp.partition, {})[attr] = offset
@@ -265,14 +275,14 @@ class Prober(threading.Thread):
     def _judge(self, now: float) -> list[Violation]:
         out: list[Violation] = []
         tid = self.view.topic_id
-        for iso, consumer in self.readers.items():
+        for iso, consumer in self.readers.items() if not self.view.missing_since else ():
             for p in range(self.view.partitions):
                 try:
                     pos = self._position(iso, p, consumer)
                 except KafkaException:
                     continue
                 out += self.judge.poll(iso, tid, p, pos, self._end(iso, p), now)
-        for p, ends in self.view.ends.items():
+        for p, ends in self.view.ends.items() if not self.view.missing_since else ():
             if ends.fresh:  # a leader that did not answer says nothing about its LSO
                 out += self.judge.lso(tid, p, ends.lso, ends.high_watermark, now)
         pending = self.fold.oldest_pending_us()
@@ -291,7 +301,9 @@ class Prober(threading.Thread):
         self.view.open_episodes = self.judge.open_doc()
 
     def probe_once(self, now: float | None = None) -> list[Violation]:
-        if self.view.rounds % 5 == 0 or not self.view.partitions:
+        # metadata every fifth round, and at once after a round whose listings failed (the topic
+        # may be gone: its partitions are then not judged)
+        if self.view.rounds % 5 == 0 or not self.view.partitions or self.topic_unknown or self.view.missing_since:
             try:
                 self._refresh_metadata()
             except Exception as exc:  # a broker away: judge with what we knew

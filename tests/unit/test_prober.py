@@ -223,3 +223,31 @@ def test_an_episode_open_before_a_restart_is_not_counted_again():
     after._position = lambda iso, p, consumer: 20
     after.view.ends[0] = PartitionEnds(high_watermark=30, lso=30)
     assert len([v for now in (130, 133, 136, 139) for v in after._judge(now)]) == 1  # a new one counts
+
+
+def test_a_deleted_topic_is_no_stall_of_its_partitions():
+    """Readers cannot read a topic that was deleted: a listing told so makes the prober look the
+    topic up at once, and while it is missing nothing is judged on its partitions."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    prober = stuck_prober()
+    assert [v for now in (0, 3) for v in prober._judge(now)] == []  # stuck, not yet past 5 s
+
+    class GoneAdmin(FakeAdmin):
+        def list_offsets(self, tps, isolation_level=None, request_timeout=None):
+            from concurrent.futures import Future
+
+            out = {}
+            for tp in tps:
+                fut: Future = Future()
+                fut.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+                out[tp] = fut
+            return out
+
+    prober.admin = GoneAdmin({})
+    prober._list_ends()
+    assert prober.topic_unknown
+    prober.view.missing_since = 4.0
+    prober.judge.forget_positions()
+    assert [v for now in range(6, 40, 3) for v in prober._judge(now)] == []
+    assert prober.view.open_stalls[(Invariant.STALLED_POLL, RU)] == 0
