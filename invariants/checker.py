@@ -285,7 +285,8 @@ class Checker:
         self.sink.extend(self.acked.on_read(key, v, r.offset, wkey))
         self.unconfirmed.on_read(key, (wkey.writer_id, wkey.inc), wkey.seq)
         if r.txn_id:
-            self.sink.extend(self.txns.on_read(key.iso, TxnKey(wkey.writer_id, wkey.inc, r.txn_id), wkey, r.offset))
+            self.sink.extend(self.txns.on_read(key.iso, TxnKey(wkey.writer_id, wkey.inc, r.txn_id), wkey, r.offset,
+                                                   r.intended_abort))
 
     def _read_again(self, key: ViewKey, v: PartitionView, other: PartitionView | None, reads: list[Read],
                     lo: int, hi: int) -> None:

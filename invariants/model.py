@@ -68,6 +68,7 @@ class Read:
     offset: int
     ident: Ident
     txn_id: int = 0
+    intended_abort: bool = False  # the record header's flag: its writer meant to abort its transaction
 
 
 def is_canary(ident: Ident) -> bool:

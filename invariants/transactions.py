@@ -8,8 +8,18 @@ restarted turns its undecided transactions ``indeterminate``).
 **aborted_read.** A ``read_committed`` reader returns a record of a transaction whose abort
 returned. Counted once per write (not per re-read). The ``read_uncommitted`` reader sees such
 records by design: counted as *allowed* (``vigil_aborted_records_read_total``), never a
-violation. Cannot be inferred for ``indeterminate`` transactions (visible means committed).
+violation. Cannot be inferred for ``indeterminate`` transactions (visible means committed) unless their
+records carry the intended-abort flag (below).
 False positives: none. Implies: the broker or the coordinator lost the abort marker.
+
+**Header truth.** A record whose header carries the intended-abort flag belongs to a
+transaction its writer never meant to commit (only a commit call commits, and the writer makes
+none for it): read by ``read_committed`` it is ``aborted_read`` whatever the ledger says of the
+transaction — also when the abort call never returned (``indeterminate``) or the ledger holds no
+outcome of it in the part read so far. Counted once the ledger says anything of the
+transaction (its class comes from there); a transaction the ledger never mentions (a ledger read
+from the middle) is not judged, live or in the audit. Such a transaction is never
+``partial_txn`` (what is visible of it is aborted_read).
 
 **partial_txn.** A ``read_committed`` reader that has read past all of a transaction's
 acknowledged records (on every partition that has one) saw some, but not all, of its
@@ -75,6 +85,7 @@ class TxnTrack:
     cls: WriteClass = UNKNOWN_CLASS
     decided: set[WriteKey] = field(default_factory=set)  # writes with an outcome other than acked
     classed: bool = False
+    intended_abort: bool = False  # a record of it carried the header's intended-abort flag
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}
@@ -105,7 +116,8 @@ class TxnTrack:
                 "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
                                                                     for k, f in self.decided_at.items()],
                 "partial_counted": self.partial_counted, "cls": t.ref(self.cls),
-                "decided": [list(w) for w in self.decided], "classed": self.classed}
+                "decided": [list(w) for w in self.decided], "classed": self.classed,
+                "intended_abort": self.intended_abort}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
@@ -114,7 +126,8 @@ class TxnTrack:
                    {WriteKey(*w): o for *w, o in d["rc_reads"]}, {WriteKey(*w) for w in d["aborted_counted"]},
                    {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
-                   d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"])
+                   d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"],
+                   d.get("intended_abort", False))
 
 
 def _readable(v: PartitionView, offset: int, log_start: int) -> bool:
@@ -193,13 +206,17 @@ class TransactionsFamily:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def on_read(self, iso: Isolation, tkey: TxnKey, wkey: WriteKey, off: int) -> list[Violation]:
+    def on_read(self, iso: Isolation, tkey: TxnKey, wkey: WriteKey, off: int,
+                intended_abort: bool = False) -> list[Violation]:
         t = self.track(tkey)
+        t.intended_abort |= intended_abort
         if iso is RC:
             if wkey not in t.rc_reads:
                 t.rc_reads[wkey] = off
-                if t.outcome is TxnOutcome.ABORTED:
+                if t.outcome is TxnOutcome.ABORTED or (t.intended_abort and t.classed):
                     return self._aborted_read(t, wkey, off)
+                if t.intended_abort:  # counted once the ledger says anything of it (its class)
+                    self.judge_queue.add(tkey)
         elif wkey not in t.ru_reads:
             t.ru_reads.add(wkey)
             if t.outcome is TxnOutcome.ABORTED:
@@ -237,6 +254,9 @@ class TransactionsFamily:
             if t is None:
                 self.judge_queue.discard(tkey)
                 continue
+            if t.intended_abort and t.classed:
+                for wkey, off in sorted(t.rc_reads.items(), key=lambda kv: kv[1]):
+                    out.extend(self._aborted_read(t, wkey, off))
             if t.outcome is TxnOutcome.PENDING or t.undecided_writes:
                 continue
             if any(w.topic_id in gone for w in (*t.writes, *t.acked)):
@@ -249,7 +269,7 @@ class TransactionsFamily:
                 visible = sum(1 for w, off in t.rc_reads.items() if off <= tops.get(w.part, -1))
                 readable = all(_readable(view(RC, tid, p), low, log_start(tid, p))
                                for (tid, p), low in t.min_acked().items())
-                if readable and partial_verdict(len(t.writes), visible, t.outcome):
+                if readable and not t.intended_abort and partial_verdict(len(t.writes), visible, t.outcome):
                     tid, p = min(tops)
                     t.partial_counted = True
                     out.append(Violation(Invariant.PARTIAL_TXN, RC, tid, p, tuple(sorted(tops.values())),

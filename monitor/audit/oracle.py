@@ -34,8 +34,8 @@ from monitor.audit.book import LedgerBook
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 
-# reads[isolation][(topic_id, partition)] = [(offset, ident, txn_id), ...]
-Reads = dict[Isolation, dict[tuple[str, int], list[tuple[int, Any, int]]]]
+# reads[isolation][(topic_id, partition)] = [(offset, ident, txn id[, intended-abort flag]), ...]
+Reads = dict[Isolation, dict[tuple[str, int], list[tuple]]]
 
 HISTORY_INVARIANTS = (
     Invariant.LOST_WRITE, Invariant.DUPLICATE, Invariant.REORDER, Invariant.ZERO_OFFSET,
@@ -102,7 +102,7 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
     for iso in (RC, RU):
         for part, recs in reads.get(iso, {}).items():
             by_offset: dict[int, Any] = {}
-            for off, ident, _txn in recs:
+            for off, ident, *_txn in recs:
                 by_offset.setdefault(off, ident)
             at[iso][part] = by_offset
             w: dict[Any, list[int]] = defaultdict(list)
@@ -249,23 +249,28 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
                   log_start: dict[tuple[str, int], int]) -> None:
     rc_seen: dict[TxnKey, dict[WriteKey, int]] = defaultdict(dict)
     ru_seen: dict[TxnKey, set[WriteKey]] = defaultdict(set)
+    meant_to_abort: set[TxnKey] = set()  # a record of it carried the header's intended-abort flag
     for iso, target in ((RC, rc_seen), (RU, ru_seen)):
         for (tid, p), recs in reads.get(iso, {}).items():
-            for off, ident, txn_id in recs:
+            for rec in recs:
+                off, ident, txn_id = rec[:3]
                 if txn_id and ident[0] != "x":
                     key = TxnKey(ident[0], ident[1], txn_id)
+                    if len(rec) > 3 and rec[3]:
+                        meant_to_abort.add(key)
                     wkey = WriteKey(tid, p, *ident)
                     if iso is RC:
                         target[key].setdefault(wkey, off)
                     else:
                         target[key].add(wkey)
     for key, txn in book.txns.items():
-        if txn.outcome is TxnOutcome.ABORTED:
+        if txn.outcome is TxnOutcome.ABORTED or key in meant_to_abort:
             for wkey, off in rc_seen.get(key, {}).items():
                 res.add(Invariant.ABORTED_READ, RC, promise=txn.cls.txn, topic_id=wkey.topic_id,
                         partition=wkey.partition, offset=off, txn=tuple(key))
+        if txn.outcome is TxnOutcome.ABORTED:
             res.aborted_allowed += len(ru_seen.get(key, ()))
-        if txn.outcome not in (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE):
+        if txn.outcome not in (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE) or key in meant_to_abort:
             continue
         states = [book.writes[w] for w in txn.writes if w in book.writes]
         if any(s.outcome is WriteOutcome.PENDING for s in states):

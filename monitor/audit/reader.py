@@ -101,7 +101,8 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
         def on_canary(msg: Any, per: dict = per, iso: Isolation = iso) -> None:
             rec = record_format.decode(msg.value())
             if isinstance(rec, record_format.CanaryRecord):
-                item = (msg.offset(), (rec.writer_id, rec.incarnation, rec.seq), rec.txn_id)
+                item = (msg.offset(), (rec.writer_id, rec.incarnation, rec.seq), rec.txn_id,
+                        rec.intended_abort)
             else:
                 if iso is Isolation.READ_UNCOMMITTED:
                     malformed[record_format.malformed_kind(msg.value())] += 1

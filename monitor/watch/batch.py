@@ -27,7 +27,7 @@ from invariants.checker import Checker
 from invariants.ledger_format import LedgerFormatError, decode
 from invariants.model import RC, RU, Read, Violation, foreign_ident
 from monitor.metrics import E2E_BUCKETS
-from monitor.record_format import decode_headers, malformed_kind
+from monitor.record_format import FLAG_INTENDED_ABORT, decode_headers, malformed_kind
 
 SRC_RC, SRC_RU, SRC_LEDGER = 0, 1, 2
 ISOLATION_OF = {SRC_RC: RC, SRC_RU: RU}
@@ -73,11 +73,12 @@ def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Coun
     headers, valid = decode_headers(values)
     wid, inc, seq = headers["writer_id"].tolist(), headers["incarnation"].tolist(), headers["seq"].tolist()
     txn = headers["txn_id"].tolist()
+    abort = ((headers["flags"] & FLAG_INTENDED_ABORT) != 0).tolist()
     malformed: Counter = Counter()
     reads = []
     for i, ok in enumerate(valid.tolist()):
         if ok:
-            reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i]))
+            reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i], abort[i]))
         else:
             malformed[malformed_kind(values[i])] += 1
             reads.append(Read(int(offsets[i]), foreign_ident(values[i])))

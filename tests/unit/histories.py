@@ -41,6 +41,8 @@ EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "offset_mismatch": {(I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
     "inconsistent_offset": {(I.INCONSISTENT_OFFSET, RC): 1, (I.INCONSISTENT_OFFSET, RU): 1},
     "aborted_read": {(I.ABORTED_READ, RC): 2},
+    "aborted_read_abort_unreturned": {(I.ABORTED_READ, RC): 2},
+    "intended_abort_without_ledger": {},
     "partial_txn_unwritten": {(I.PARTIAL_TXN, RC): 1},
     "partial_txn_torn": {(I.PARTIAL_TXN, RC): 1, (I.LOST_WRITE, RC): 1},
     "outcome_gap": {(I.OUTCOME_GAP, NONE): 2},
@@ -64,6 +66,7 @@ class Slot:
     rc: bool = True  # visible to read_committed
     ru_ident: Any = None  # what read_uncommitted sees instead (inconsistent offsets)
     hole: bool = False  # offset taken but no reader returns it (truncated)
+    abort: bool = False  # the header's intended-abort flag (its writer meant to abort the transaction)
 
 
 class _Writer:
@@ -292,10 +295,12 @@ class History:
         self.append(p, Slot(("x", next(self.foreign)), ru_ident=("x", next(self.foreign))))
 
     def _txn(self, w: _Writer, p: int, size: int, written: int, rc_visible: int, recorded: str,
-             phantom_outcome: str = "indeterminate") -> None:
+             phantom_outcome: str = "indeterminate", meant_to_abort: bool = False) -> None:
         seqs = w.seqs(p, size)
-        w.intent(p, seqs, TxnInfo(1, size, recorded == "aborted"))
-        offs = [self.append(p, Slot(w.ident(s), txn_id=1, rc=i < rc_visible)) for i, s in enumerate(seqs[:written])]
+        meant = recorded == "aborted" or meant_to_abort
+        w.intent(p, seqs, TxnInfo(1, size, meant))
+        offs = [self.append(p, Slot(w.ident(s), txn_id=1, rc=i < rc_visible, abort=meant))
+                for i, s in enumerate(seqs[:written])]
         results = [(s, "acked", o) for s, o in zip(seqs, offs)]
         results += [(s, phantom_outcome, -1) for s in seqs[written:]]
         w.outcomes(p, results)
@@ -303,6 +308,18 @@ class History:
 
     def _aborted_read(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 2, 2, 2, "aborted")
+
+    def _aborted_read_abort_unreturned(self, w: _Writer, p: int) -> None:
+        """The writer meant to abort (its records say so), the abort call never returned
+        (indeterminate), and read_committed sees the records: aborted_read by the header alone."""
+        self._txn(w, p, 2, 2, 2, "indeterminate", meant_to_abort=True)
+
+    def _intended_abort_without_ledger(self, w: _Writer, p: int) -> None:
+        """Records flagged intended-abort read by read_committed, of a transaction the ledger says
+        nothing of (no intent, no outcome: a ledger read from the middle): not judged, its class
+        is not known."""
+        for s in w.seqs(p, 2):
+            self.append(p, Slot(w.ident(s), txn_id=7, abort=True))
 
     def _clean_abort(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 3, 3, 0, "aborted")
@@ -336,7 +353,7 @@ class History:
             if slot.hole or (iso is RC and not slot.rc):
                 continue
             ident = slot.ru_ident if iso is RU and slot.ru_ident is not None else slot.ident
-            out.append(Read(off, ident, slot.txn_id))
+            out.append(Read(off, ident, slot.txn_id, slot.abort))
         return out
 
 
@@ -410,5 +427,6 @@ def answer_refetches(ck: Checker, log: Any, rounds: int = 5) -> None:
 
 
 def audit_input(h: History) -> dict:
-    return {iso: {(TOPIC, p): [(r.offset, r.ident, r.txn_id) for r in h.reads(iso, p)] for p in range(h.partitions)}
+    return {iso: {(TOPIC, p): [(r.offset, r.ident, r.txn_id, r.intended_abort) for r in h.reads(iso, p)]
+                  for p in range(h.partitions)}
             for iso in (RC, RU)}
