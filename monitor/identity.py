@@ -7,8 +7,13 @@ returning it. A writer that is ``kill -9``-ed and restarted therefore always get
 incarnation, and since sequence numbers are per incarnation, no sequence number is ever
 reused — not even after an ambiguous failure.
 
-In Kubernetes the state directory must be on a volume that survives pod restarts (the
-StatefulSet's volume claim), or incarnations would restart from 1.
+The first incarnation of an instance is the current Unix time in seconds, not 1: a state
+directory that is lost (a pod without its volume, a wiped disk) must not make a writer reuse an
+incarnation — its seqs would start again at 0 under the same (writer, incarnation), and every
+one of them would read as a duplicate of the earlier writes. Each restart bumps the number by
+one, so an instance would have to restart more than once a second, for its whole life, before a
+fresh start could meet a number it already used. Keep the state directory on a volume that
+survives pod restarts anyway (the StatefulSet's volume claim).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -73,7 +79,7 @@ def claim(state_dir: str | os.PathLike[str], instance_id: str) -> WriterIdentity
         raise IdentityError(
             f"instance {instance_id!r} is already running on this host (lock {lock.name}); "
             "give each writer process its own instance_id") from None
-    previous = 0
+    previous = int(time.time()) - 1  # a fresh (or lost) state directory: see the module docstring
     if path.exists():
         try:
             previous = int(json.loads(path.read_text())["incarnation"])
