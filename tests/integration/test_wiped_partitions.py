@@ -10,7 +10,8 @@ import time
 from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
-    HISTORY, Background, audit_counts, metrics_up, nonzero, sample, violations, wait_for, watch_config,
+    HISTORY, Background, audit_counts, final_counts, metrics_up, nonzero, sample, violations, wait_for,
+    watch_config,
 )
 
 ISOS = ("read_committed", "read_uncommitted")
@@ -55,12 +56,7 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
         time.sleep(5)
     finally:
         assert run.stop() == 0, run.tail()
-    final = run.stdout_json()["checker"]["violations"]  # after stop: the checker drained
-    live: dict = {}
-    for key, n in final.items():
-        inv, iso, _durability = key.split("/")
-        if inv in HISTORY:
-            live[(inv, iso)] = live.get((inv, iso), 0) + n
+    live = {k: n for k, n in final_counts(run).items() if k[0] in HISTORY}
     report = vigil_json(path, "audit")
     audit = nonzero(audit_counts(report))
     # every acknowledged write the wiped partitions held is gone: lost in both readers, and the

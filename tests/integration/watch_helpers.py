@@ -105,6 +105,16 @@ def violations(port: int) -> dict[tuple[str, str], int]:
     return out
 
 
+def final_counts(run: "Background") -> dict[tuple[str, str], int]:
+    """(invariant, isolation) -> count, whatever the durability class, from the totals `vigil run
+    --json` prints once stopped (the checker drained: more complete than any scrape before)."""
+    out: dict[tuple[str, str], int] = {}
+    for key, n in run.stdout_json()["checker"]["violations"].items():
+        inv, iso, _durability = key.split("/")
+        out[(inv, iso)] = out.get((inv, iso), 0) + n
+    return out
+
+
 def violations_by_class(port: int) -> dict[tuple[str, str, str], int]:
     """(invariant, isolation, durability) -> count."""
     return {(dict(labels)["invariant"], dict(labels)["isolation"], dict(labels)["durability"]): int(v)
