@@ -155,7 +155,7 @@ class WatchRuntime:
                 for w, by_iso in results:
                     for iso, got in by_iso.items():
                         if got.hi > got.lo:
-                            ck.apply_reads(iso, w.topic_id, w.partition, got.reads, covered=(got.lo, got.hi))
+                            ck.apply_refetched(iso, w.topic_id, w.partition, got.reads, (got.lo, got.hi))
                 violations = ck.settle()
                 self.state.refetches += len(results)
                 self._persist(self.state.batch_id, violations)

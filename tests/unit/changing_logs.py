@@ -197,7 +197,7 @@ class Sim:
             for iso in READERS:
                 reads = [Read(o, log[o].ident) for o in range(lo, hi) if log[o] is not None]
                 self._observe(iso, w.partition, reads)
-                self.checker.apply_reads(iso, self.tid, w.partition, reads, covered=(lo, hi))
+                self.checker.apply_refetched(iso, self.tid, w.partition, reads, (lo, hi))
 
     def settle(self) -> None:
         self.violations.extend(self.checker.settle())

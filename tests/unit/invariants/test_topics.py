@@ -232,3 +232,23 @@ def test_a_log_that_restarted_empty_lost_the_write_acked_at_zero_it_held_no_bogu
     led.acked("A", [0])
     res = audit(led.entries, final, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "A"})
     assert res.count(*next(k for k in res.nonzero() if k[0].value == "zero_offset")) == 1
+
+
+def test_a_refetch_that_read_the_old_log_under_the_name_is_refused():
+    """Right after a recreation a broker may still serve the old log under the name: a re-fetch
+    of the new ID that returns records intended for the old one is not applied (still wanted)."""
+    led, written = vanishing_story()
+    n = len(led.entries)
+    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
+    on_b = led.acked("B", [0, 1, 2])
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    old_log = reads(written[:3])  # A's records at offsets 0..2
+    assert not ck.apply_refetched(RC, "B", 0, old_log, (0, 3))
+    assert ck.view(RC, "B", 0).at == {}  # nothing of it applied
+    ck.apply_named_reads(RC, "c", 0, reads(on_b))  # Spark read B
+    assert ck.apply_refetched(RC, "B", 0, reads(on_b), (0, 3))
+    assert set(ck.view(RC, "B", 0).at) == {0, 1, 2}
+    assert not ck.apply_refetched(RC, "B", 0, old_log, (0, 3))
+    assert ck.view(RC, "B", 0).at == {o: ident for o, ident in on_b}  # B's records, untouched
+    assert n
