@@ -103,7 +103,9 @@ class Prober(threading.Thread):
         self.ledger_at_end: dict[int, bool] = {}  # ledger partition -> read to its end
         self.rewinds: list[tuple[str, int, int, int]] = []  # (topic id, partition, new high watermark, old)
         self.eof: dict[tuple, int] = {}
-        self.topic_unknown = False  # the last listing was told the topic does not exist (deleted?)
+        # the last listing was told the topic does not exist, or saw a log end go backwards: the
+        # topic may be gone or recreated under its name (a new ID), so look it up at once
+        self.recheck_topic = False
         self.error: str | None = None
 
     # -- setup -----------------------------------------------------------------------------
@@ -241,13 +243,13 @@ class Prober(threading.Thread):
             "log_start": self.admin.list_offsets(earliest, request_timeout=3),
         }
         listed: dict[int, dict[str, int]] = {}
-        self.topic_unknown = False
+        self.recheck_topic = False
         for attr, futures in requests.items():
             for tp, fut in futures.items():
                 try:
                     offset = fut.result(timeout=4).offset
                 except KafkaException as exc:  # that leader did not answer: keep what we knew
-                    self.topic_unknown |= exc.args[0].code() in _UNKNOWN_TOPIC
+                    self.recheck_topic |= exc.args[0].code() in _UNKNOWN_TOPIC
                     continue
                 except Exception:  # noqa: BLE001 - no answer in time: keep what we knew
                     continue
@@ -261,10 +263,13 @@ class Prober(threading.Thread):
                 if not fresh:
                     self.view.list_offsets_failures += 1
                 hw = got.get("high_watermark", old.high_watermark)
-                if fresh and 0 <= hw < old.high_watermark:  # the log end went backwards: a rewrite
-                    self.rewinds.append((self.view.topic_id, p, hw, old.high_watermark))
+                acked_end = old.acked_end
+                if fresh and 0 <= hw < old.high_watermark:  # the log end went backwards: a rewrite, or
+                    self.rewinds.append((self.view.topic_id, p, hw, old.high_watermark))  # a new topic
+                    self.recheck_topic = True
+                    acked_end = -1  # what was acknowledged there may be gone with it
                 self.view.ends[p] = PartitionEnds(hw, got.get("lso", old.lso), got.get("log_start", old.log_start),
-                                                  fresh, old.acked_end)
+                                                  fresh, acked_end)
 
     def take_rewinds(self) -> list[tuple[str, int, int, int]]:
         """High watermarks seen going backwards since the last call: (topic id, partition, new, old)."""
@@ -303,7 +308,7 @@ class Prober(threading.Thread):
     def probe_once(self, now: float | None = None) -> list[Violation]:
         # metadata every fifth round, and at once after a round whose listings failed (the topic
         # may be gone: its partitions are then not judged)
-        if self.view.rounds % 5 == 0 or not self.view.partitions or self.topic_unknown or self.view.missing_since:
+        if self.view.rounds % 5 == 0 or not self.view.partitions or self.recheck_topic or self.view.missing_since:
             try:
                 self._refresh_metadata()
             except Exception as exc:  # a broker away: judge with what we knew

@@ -182,9 +182,14 @@ def test_a_high_watermark_that_goes_backwards_is_evidence_of_a_rewrite_and_stale
     prober.view.topic_id, prober.view.partitions = "T", 2
     prober.admin = FakeAdmin({"high_watermark": {0: 500, 1: 300}, "lso": {0: 500, 1: 300}, "log_start": {0: 0, 1: 0}})
     prober._list_ends()
+    prober.view.ends[0].acked_end = 510  # acks=all acknowledgements the ledger reported
+    assert not prober.recheck_topic
     prober.admin = FakeAdmin({"high_watermark": {0: 420}, "lso": {0: 420}, "log_start": {0: 0}})  # 1 is away
     prober._list_ends()
     assert prober.take_rewinds() == [("T", 0, 420, 500)] and prober.take_rewinds() == []
+    # truncated, or another topic under the name (recreated): look it up at once, and what was
+    # acknowledged on the old log is no end a reader can reach
+    assert prober.recheck_topic and prober.view.ends[0].acked_end == -1
     ends = prober.snapshot().ends
     assert (ends[0].high_watermark, ends[0].fresh) == (420, True)
     assert (ends[1].high_watermark, ends[1].fresh) == (300, False)  # the last known value, marked stale
@@ -246,7 +251,7 @@ def test_a_deleted_topic_is_no_stall_of_its_partitions():
 
     prober.admin = GoneAdmin({})
     prober._list_ends()
-    assert prober.topic_unknown
+    assert prober.recheck_topic
     prober.view.missing_since = 4.0
     prober.judge.forget_positions()
     assert [v for now in range(6, 40, 3) for v in prober._judge(now)] == []
