@@ -41,7 +41,8 @@ are ignored: the predecessor's undecided writes and transactions were declared
 ``indeterminate`` at that point, and verdicts do not change afterwards (the instance lock
 keeps a predecessor from running on; the audit's ledger reading applies the same rule).
 
-:class:`LedgerFold` turns entries, in ledger order, into the typed events below for the
+:class:`LedgerFold` turns entries, in ledger order, into the typed events of
+:mod:`invariants.ledger_events` for the
 checker and the prober. Every write event carries the :class:`~invariants.promises.WriteClass`
 of its writer as of its intent. The fold's state is bounded by what is still open: pending
 writes (intent without outcome) and the per-writer numbering.
@@ -50,127 +51,20 @@ writes (intent without outcome) and the per-writer numbering.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Union
+from typing import Any, Iterable
 
 import bisect
 
 from invariants.ledger_format import (
-    Checkpoint, Init, Intent, LedgerEntry, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd, TxnOutcome,
+    Checkpoint, Init, Intent, LedgerEntry, Outcomes, Retire, Start, Stop, TxnEnd, TxnOutcome,
     WriteOutcome, WriterSettings,
+)
+from invariants.ledger_events import (  # noqa: F401 - the events are part of the fold's contract
+    AckedRun, UnconfirmedRun, TxnWriteIntended, TxnWriteAcked, TxnWriteDecided, TxnDecided, EntriesMissing,
+    WriterClassified, TopicObserved, TopicReplaced, TopicRetired, LedgerEvent,
 )
 from invariants.model import TxnKey, WriteKey
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
-
-# -- events ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AckedRun:
-    """Acked writes outside transactions, run-length encoded as the ledger has them."""
-
-    topic_id: str
-    partition: int
-    writer_id: int
-    inc: int
-    first_seq: int
-    count: int
-    first_offset: int
-    done_ts_us: int
-    cls: WriteClass = UNKNOWN_CLASS
-
-
-@dataclass(frozen=True, slots=True)
-class UnconfirmedRun:
-    """Writes sent with ``acks=0``: written or not, nobody was told."""
-
-    topic_id: str
-    partition: int
-    writer_id: int
-    inc: int
-    first_seq: int
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnWriteIntended:
-    write: WriteKey
-    txn: TxnKey
-    cls: WriteClass = UNKNOWN_CLASS
-
-
-@dataclass(frozen=True, slots=True)
-class TxnWriteAcked:
-    write: WriteKey
-    offset: int
-    txn: TxnKey
-    done_ts_us: int
-    cls: WriteClass = UNKNOWN_CLASS
-
-
-@dataclass(frozen=True, slots=True)
-class TxnWriteDecided:
-    """A transaction's write got an outcome other than acked (or its writer ended)."""
-
-    write: WriteKey
-    txn: TxnKey
-    cls: WriteClass = UNKNOWN_CLASS
-
-
-@dataclass(frozen=True, slots=True)
-class TxnDecided:
-    txn: TxnKey
-    outcome: TxnOutcome
-    cls: WriteClass = UNKNOWN_CLASS
-
-
-@dataclass(frozen=True, slots=True)
-class EntriesMissing:
-    instance: str
-    inc: int
-    first_n: int
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class WriterClassified:
-    """What a writer does and what its topic promises, as of its latest ``start``/``checkpoint``."""
-
-    writer_id: int
-    inc: int
-    topic_id: str
-    cls: WriteClass
-    settings: WriterSettings
-    topic_settings: TopicSettings | None
-
-
-@dataclass(frozen=True, slots=True)
-class TopicObserved:
-    """A writer wrote (or writes) ``topic`` under ``topic_id``; ``log_starts``: per partition, the
-    log start offset it observed (empty: not observed)."""
-
-    topic: str
-    topic_id: str
-    partitions: int
-    log_starts: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TopicReplaced:
-    """A writer found ``old_id`` gone (deleted, or recreated as ``new_id``) and carries on on ``new_id``."""
-
-    topic: str
-    old_id: str
-    new_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class TopicRetired:
-    topic: str
-    topic_id: str
-
-
-LedgerEvent = Union[AckedRun, UnconfirmedRun, TxnWriteIntended, TxnWriteAcked, TxnWriteDecided, TxnDecided,
-                    EntriesMissing, WriterClassified, TopicObserved, TopicReplaced, TopicRetired]
 
 
 # -- the fold --------------------------------------------------------------------------------

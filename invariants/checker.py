@@ -36,13 +36,14 @@ versioned form the watch saves after every batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from invariants.accounting import (
     AckedRun, EntriesMissing, LedgerEvent, LedgerFold, TopicObserved, TopicReplaced, TopicRetired, TxnDecided,
     TxnWriteAcked, TxnWriteDecided, TxnWriteIntended, UnconfirmedRun, WriterClassified,
 )
 from invariants.acked_writes import AckedWritesFamily
+from invariants import checker_doc
 from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
 from invariants.confirm import merge, subtract
@@ -51,13 +52,13 @@ from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
 )
 from invariants.offsets import OffsetsFamily
-from invariants.promises import ClassTable, WriteClass
+from invariants.promises import WriteClass
 from invariants.read_index import PartitionView
+from invariants.topic_lifecycle import TopicLifecycle
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 
-DOC_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Refetch:
     hi: int
 
 
-class Checker:
+class Checker(TopicLifecycle):
     def __init__(self, settings: Settings | None = None, watched: Iterable[str] | None = None) -> None:
         self.settings = settings or Settings()
         self.sink = ViolationSink()
@@ -135,94 +136,6 @@ class Checker:
         if v is None:
             v = self.views[key] = PartitionView()
         return v
-
-    def watch_topic_id(self, topic_id: str) -> None:
-        """A topic ID the runtime knows to be a watched canary topic (ledger entries of it count)."""
-        self.fold.watch_topic_id(topic_id)
-
-    # -- topics ----------------------------------------------------------------------------
-
-    def note_topic(self, name: str, topic_id: str) -> None:
-        """The runtime sees ``topic_id`` under ``name`` now: every older ID of the name is gone."""
-        self.fold.watch_topic_id(topic_id)
-        prev = self.current_ids.get(name, "")
-        self.topics.note(name, topic_id, after=prev if prev != topic_id else "")
-        self.current_ids[name] = topic_id
-        ids = self.topics.ids[name]
-        for old in ids[:ids.index(topic_id)]:
-            self._end(old, "vanished", wait=1)
-
-    def topic_vanished(self, name: str) -> None:
-        """The runtime found ``name`` gone for good: every ID it stood for is gone."""
-        for tid in self.topics.ids.get(name, []):
-            self._end(tid, "vanished", wait=1)
-
-    def begin_batch(self) -> None:
-        """A new micro-batch begins: it holds every ledger entry written before it was planned."""
-        for end in self._ending.values():
-            end[1] = max(0, end[1] - 1)
-
-    def _end(self, topic_id: str, reason: str, wait: int = 0) -> None:
-        if topic_id in self.topics.gone:
-            return
-        known = self._ending.get(topic_id)
-        if known is None:
-            self._ending[topic_id] = [reason, wait]
-        elif reason == "retired" or wait < known[1]:
-            self._ending[topic_id] = ["retired" if "retired" in (reason, known[0]) else reason, min(wait, known[1])]
-
-    def _finish_topics(self) -> None:
-        due = {tid: end[0] for tid, end in self._ending.items() if end[1] == 0}
-        for tid in due:
-            del self._ending[tid]
-        for tid, reason in sorted(due.items(), key=lambda kv: (kv[1] != "retired", kv[0])):
-            self.topics.gone[tid] = reason
-            self.sink.extend(self.acked.end_topic(tid, lambda p, t=tid: self.recorded_log_start.get((t, p), 0),
-                                                  reason))
-            for key in [k for k in self.views if k.topic_id == tid]:
-                del self.views[key]
-                self._dirty.discard(key)
-                self.suspects.pop(key, None)
-            self.sequence.forget_topic(tid)
-            self.offsets.forget_topic(tid)
-            self.unconfirmed.forget_topic(tid)
-            self.max_acked = {k: v for k, v in self.max_acked.items() if k[2] != tid}
-            self.log_start = {k: v for k, v in self.log_start.items() if k[0] != tid}
-
-    def apply_named_reads(self, iso: Isolation, name: str, partition: int, reads: Sequence[Read],
-                          fresh_id: Callable[[str], str | None] = lambda _n: None) -> bool:
-        """Reads of one reader and partition of topic ``name`` (Spark's rows), attributed to topic
-        IDs (:mod:`invariants.attribution`; ``fresh_id``: the name's ID now, looked up only when
-        offsets go backwards); False when nothing is known of the name yet (nothing applied)."""
-        def by_content(r: Read) -> str | None:
-            return self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2])
-
-        def fresh(n: str) -> str | None:
-            now = fresh_id(n)
-            if now is not None:
-                self.note_topic(n, now)
-            return now
-
-        tid = self.topics.attribute(iso.value, name, partition, reads, by_content, fresh)
-        if tid is None:
-            return False
-        self.apply_reads(iso, tid, partition, reads)
-        return True
-
-    def apply_refetched(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read],
-                        covered: tuple[int, int]) -> bool:
-        """A re-fetch of ``topic_id`` (read by topic name): applied as :meth:`apply_reads`, unless
-        most of its canary records were intended for another ID of the name — then it read
-        another log than the one asked for (right after a topic is recreated, a broker may still
-        serve the old log under the name: measured on the local cluster, 59 false lost_write and
-        inconsistent_offset on a new ID that way). False: not applied, still wanted."""
-        ids = [self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2])
-               for r in reads if is_canary(r.ident)]
-        known = [t for t in ids if t is not None]
-        if known and sum(1 for t in known if t != topic_id) * 2 > len(known):
-            return False
-        self.apply_reads(iso, topic_id, partition, reads, covered=covered)
-        return True
 
     def apply_ledger(self, entries: Iterable[LedgerEntry]) -> None:
         for entry in entries:
@@ -446,62 +359,9 @@ class Checker:
     # -- durable form ----------------------------------------------------------------------
 
     def to_doc(self) -> dict[str, Any]:
-        t = ClassTable()
-        body = {
-            "counts": [[inv.value, iso.value, d.value, n] for (inv, iso, d), n in self.sink.counts.items()],
-            "lost_by_writer": [[w, iso.value, d.value, cause, n]
-                               for (w, iso, d, cause), n in self.sink.lost_by_writer.items()],
-            "records_checked": {iso.value: n for iso, n in self.records_checked.items()},
-            "log_start": [[tid, p, off] for (tid, p), off in self.log_start.items()],
-            "views": [[key.to_doc(), v.to_doc()] for key, v in self.views.items()],
-            "dirty": [key.to_doc() for key in self._dirty],
-            "suspects": [[key.to_doc(), ranges] for key, ranges in self.suspects.items() if ranges],
-            "max_acked": [[*k, off] for k, off in self.max_acked.items()],
-            "writer_classes": [[wid, inc, t.ref(c)] for (wid, inc), c in self.writer_classes.items()],
-            "topic_settings": [[tid, s.replication_factor, s.min_insync_replicas, s.unclean_leader_election]
-                               for tid, s in self.topic_settings.items()],
-            "writer_info": [[w.name, w.role, w.acks, w.idempotence, w.transactional, w.message_timeout_ms]
-                            for w in self.writer_info.values()],
-            "fold": self.fold.to_doc(),
-            "acked": self.acked.to_doc(t),
-            "sequence": self.sequence.to_doc(),
-            "offsets": self.offsets.to_doc(),
-            "txns": self.txns.to_doc(t),
-            "unconfirmed": self.unconfirmed.to_doc(),
-            "topics": self.topics.to_doc(),
-            "recorded_log_start": [[tid, p, off] for (tid, p), off in self.recorded_log_start.items()],
-            "current_ids": self.current_ids,
-            "ending": self._ending,
-        }
-        return {"version": DOC_VERSION, "classes": t.to_doc(), **body}
+        """The explicit, versioned document the watch saves (:mod:`invariants.checker_doc`)."""
+        return checker_doc.to_doc(self)
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], settings: Settings) -> "Checker":
-        if doc.get("version") != DOC_VERSION:
-            raise ValueError(f"checker state version {doc.get('version')!r}, this code reads {DOC_VERSION}")
-        t = ClassTable.from_doc(doc["classes"])
-        ck = cls(settings)
-        for inv, iso, d, n in doc["counts"]:
-            ck.sink.counts[(Invariant(inv), Isolation(iso), Durability(d))] = n
-        for w, iso, d, cause, n in doc["lost_by_writer"]:
-            ck.sink.lost_by_writer[(w, Isolation(iso), Durability(d), cause)] = n
-        ck.records_checked = {Isolation(k): n for k, n in doc["records_checked"].items()}
-        ck.log_start = {(tid, p): off for tid, p, off in doc["log_start"]}
-        ck.views = {ViewKey.from_doc(k): PartitionView.from_doc(v) for k, v in doc["views"]}
-        ck._dirty = {ViewKey.from_doc(k) for k in doc["dirty"]}
-        ck.suspects = {ViewKey.from_doc(k): ranges for k, ranges in doc["suspects"]}
-        ck.max_acked = {tuple(row[:4]): row[4] for row in doc["max_acked"]}
-        ck.writer_classes = {(wid, inc): t.get(i) for wid, inc, i in doc["writer_classes"]}
-        ck.topic_settings = {tid: TopicSettings(rf, isr, unclean) for tid, rf, isr, unclean in doc["topic_settings"]}
-        ck.writer_info = {row[0]: WriterSettings(*row) for row in doc["writer_info"]}
-        ck.fold = LedgerFold.from_doc(doc["fold"])
-        ck.acked = AckedWritesFamily.from_doc(doc["acked"], settings.settle_offsets, t)
-        ck.sequence = SequenceFamily.from_doc(doc["sequence"], ck.class_of)
-        ck.offsets = OffsetsFamily.from_doc(doc["offsets"], ck.class_of)
-        ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets, t)
-        ck.unconfirmed = UnconfirmedFamily.from_doc(doc["unconfirmed"], settings.settle_offsets)
-        ck.topics = TopicAttribution.from_doc(doc["topics"])
-        ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
-        ck.current_ids = dict(doc["current_ids"])
-        ck._ending = dict(doc["ending"])
-        return ck
+        return checker_doc.from_doc(cls(settings), doc, settings)

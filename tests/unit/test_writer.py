@@ -292,7 +292,7 @@ def test_a_topic_recreated_under_the_writer_is_written_to_under_its_new_id_with_
 
 def test_a_missing_topic_is_created_again_and_nothing_is_written_while_it_is_missing():
     from invariants.ledger_format import Start
-    import monitor.canary.writer as writer_module
+    import monitor.canary.topic_following as writer_module
 
     new = TopicInfo("canary", "TID3", 3, {0: 1, 1: 2, 2: 3})
     state = {"missing": False, "created": 0, "refuse": True, "exists": False}
