@@ -8,10 +8,15 @@ gauge ``vigil_stalled`` shows the episodes currently open.
 
 **stalled_poll** (per reader and partition, from the direct poll prober). Records are
 available — the high watermark (``read_uncommitted``) or the last stable offset
-(``read_committed``) the prober listed is beyond the prober's position — but polls return
-nothing and the position does not move, for longer than the threshold. Records acknowledged
-above the high watermark (an ``acks=1`` leader cut off from its followers keeps acknowledging
-writes no reader may see) are not available, and their wait is not a stall. Cannot be inferred
+(``read_committed``) is beyond the prober's position — but polls return nothing and the
+position does not move, for longer than the threshold. The high watermark is the one the
+prober listed, or what the ledger's ``acks=all`` acknowledgements prove of it (such an ack is
+given only once the high watermark passed the write: a lower bound of it, known even when the
+leader stops answering right after a listing). Records acknowledged with ``acks=1`` or ``0``
+may sit above the high watermark (a leader cut off from its followers keeps acknowledging
+writes no reader may see): they are not available, and their wait is not a stall. When the
+listed high watermark goes backwards (a truncation, or another topic under the name) the
+acknowledgements of that partition are forgotten; a deleted topic is not judged at all. Cannot be inferred
 from Spark alone: a query plans all partitions together, so one hung fetch blocks every
 partition of the batch. False positives: a threshold below the broker's fetch/session timeouts
 reports a slow broker as stalled (that is the point). Cannot be inferred: records nobody can
