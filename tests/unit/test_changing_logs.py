@@ -79,6 +79,41 @@ def test_a_log_truncated_after_it_was_read_and_rewritten(seed, resume_lower, unc
     assert oracle.nonzero() == want  # the final log shows the losses, not the offsets read twice
 
 
+@given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans(), gap=st.integers(0, 15))
+@settings(max_examples=60, deadline=None)
+def test_a_log_wiped_and_written_again_from_zero_by_the_same_writer(seed, resume_lower, gap):
+    """A broker back without the partition's data (the same topic ID): the log empties and the
+    same writer goes on writing there from offset 0, its acks going back to 0. Every write the
+    wiped log held is lost — its first one too, acked at 0 when the log was new, which is no
+    bogus zero offset — live and audit alike; every offset read before and written again is
+    inconsistent (live only)."""
+    rng = random.Random(seed)
+    sim = Sim(2, rng, resume_lower=resume_lower)
+    w = SimWriter(sim, DURABLE)
+    for p in range(2):
+        w.write(p, 3)
+    sim.drive(20)
+    w.write(0, 8)
+    sim.deliver(len(sim.ledger))
+    sim.catch_up()  # both readers read everything the log will lose
+    sim.drive(10)
+    old_end = len(sim.logs[0])
+    removed = sum(1 for s in sim.logs[0] if s is not None)
+    sim.logs[0] = []
+    sim.drive(gap)
+    while len(sim.logs[0]) < old_end + H + 2:
+        w.write(0, rng.randint(1, 5))
+        w.write(1, 1)
+        sim.drive(rng.randint(0, 8))
+    sim.finish()
+
+    want = {(Invariant.LOST_WRITE, RC): removed, (Invariant.LOST_WRITE, RU): removed}
+    inconsistent = sim.inconsistent_truth()
+    assert inconsistent == {(Invariant.INCONSISTENT_OFFSET, iso): old_end for iso in READERS}
+    assert live_counts(sim) == {**want, **inconsistent}
+    assert final_audit(sim).nonzero() == want
+
+
 @given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans())
 @settings(max_examples=30, deadline=None)
 def test_a_log_truncated_before_the_readers_got_there(seed, resume_lower):
