@@ -63,21 +63,23 @@ class TopicLifecycle:
             self.max_acked = {k: v for k, v in self.max_acked.items() if k[2] != tid}
             self.log_start = {k: v for k, v in self.log_start.items() if k[0] != tid}
 
+    def _intended_id(self, partition: int, r: Read) -> str | None:
+        """The topic ID a record was intended for, by its writer's intents (None: not known)."""
+        return self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2]) if is_canary(r.ident) else None
+
     def apply_named_reads(self, iso: Isolation, name: str, partition: int, reads: Sequence[Read],
                           fresh_id: Callable[[str], str | None] = lambda _n: None) -> bool:
         """Reads of one reader and partition of topic ``name`` (Spark's rows), attributed to topic
         IDs (:mod:`invariants.attribution`; ``fresh_id``: the name's ID now, looked up only when
         offsets go backwards); False when nothing is known of the name yet (nothing applied)."""
-        def by_content(r: Read) -> str | None:
-            return self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2])
-
         def fresh(n: str) -> str | None:
             now = fresh_id(n)
             if now is not None:
                 self.note_topic(n, now)
             return now
 
-        tid = self.topics.attribute(iso.value, name, partition, reads, by_content, fresh)
+        tid = self.topics.attribute(iso.value, name, partition, reads, lambda r: self._intended_id(partition, r),
+                                    fresh)
         if tid is None:
             return False
         self.apply_reads(iso, tid, partition, reads)
@@ -90,9 +92,7 @@ class TopicLifecycle:
         another log than the one asked for (right after a topic is recreated, a broker may still
         serve the old log under the name: measured on the local cluster, 59 false lost_write and
         inconsistent_offset on a new ID that way). False: not applied, still wanted."""
-        ids = [self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2])
-               for r in reads if is_canary(r.ident)]
-        known = [t for t in ids if t is not None]
+        known = [t for t in (self._intended_id(partition, r) for r in reads) if t is not None]
         if known and sum(1 for t in known if t != topic_id) * 2 > len(known):
             return False
         self.apply_reads(iso, topic_id, partition, reads, covered=covered)

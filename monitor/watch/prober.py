@@ -277,19 +277,24 @@ class Prober(threading.Thread):
             out, self.rewinds = self.rewinds, []
         return out
 
-    def _judge(self, now: float) -> list[Violation]:
+    def _judge_partitions(self, now: float) -> list[Violation]:
         out: list[Violation] = []
         tid = self.view.topic_id
-        for iso, consumer in self.readers.items() if not self.view.missing_since else ():
+        for iso, consumer in self.readers.items():
             for p in range(self.view.partitions):
                 try:
                     pos = self._position(iso, p, consumer)
                 except KafkaException:
                     continue
                 out += self.judge.poll(iso, tid, p, pos, self._end(iso, p), now)
-        for p, ends in self.view.ends.items() if not self.view.missing_since else ():
+        for p, ends in self.view.ends.items():
             if ends.fresh:  # a leader that did not answer says nothing about its LSO
                 out += self.judge.lso(tid, p, ends.lso, ends.high_watermark, now)
+        return out
+
+    def _judge(self, now: float) -> list[Violation]:
+        # a topic that is missing has no partition anyone could read: nothing to judge there
+        out = [] if self.view.missing_since else self._judge_partitions(now)
         pending = self.fold.oldest_pending_us()
         broker_now = self._broker_now(now)
         for key, w in self.fold.writers.items():

@@ -47,10 +47,6 @@ class TopicDirectory:
             return self.cfg.canary.name
         return self.name_of(topic_id)
 
-    def current(self, topic_id: str) -> bool:
-        """Whether ``topic_id`` is what the canary topic's name points at now (as the prober saw)."""
-        return topic_id == self.prober.snapshot().topic_id
-
     def leader_of(self, topic_id: str, partition: int) -> int | None:
         view = self.prober.snapshot()
         return view.leaders.get(partition) if topic_id == view.topic_id else None

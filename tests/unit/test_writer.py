@@ -19,7 +19,7 @@ from tests.unit.fakes import FakeProducer
 TOPIC = TopicInfo("canary", "TID", 3, {0: 1, 1: 2, 2: 3})
 
 
-def _setup(cfg, fail=None, cls=CanaryWriter, **kw):
+def _setup(cfg, fail=None, cls=CanaryWriter, producer_cls=FakeProducer, **kw):
     log = {}
     ledger_prod = FakeProducer(log)
     ident = WriterIdentity("inst", 4, record_format.writer_id_for("inst"))
@@ -27,7 +27,7 @@ def _setup(cfg, fail=None, cls=CanaryWriter, **kw):
     order = []
 
     def factory(_cb):
-        p = FakeProducer(log, fail=fail, acks=cfg.acks)
+        p = producer_cls(log, fail=fail, acks=cfg.acks)
         order.append(p)
         return p
 
@@ -179,16 +179,7 @@ class DyingProducer(FakeProducer):
 
 
 def test_a_producer_that_dies_fatally_is_renewed_and_its_writes_in_flight_are_indeterminate():
-    log = {}
-    producers = []
-
-    def factory(_cb):
-        producers.append(DyingProducer(log))
-        return producers[-1]
-
-    ident = WriterIdentity("inst", 2, record_format.writer_id_for("inst"))
-    w = CanaryWriter(WriterConfig(name="w", rate=0), TOPIC, ident, LedgerWriter(FakeProducer(log), "ledger", "inst",
-                                                                                  ident.writer_id, 2), factory)
+    w, log, producers = _setup(WriterConfig(name="w", rate=0), producer_cls=DyingProducer)
     w.start()
     w.step(6, threading.Event())
     producers[0].dead = True  # the fatal error: nothing of these is reported
@@ -213,16 +204,7 @@ class RefusingProducer(DyingProducer):
 
 
 def test_writes_a_dead_producer_refuses_are_failed_and_the_writer_carries_on():
-    log = {}
-    producers = []
-
-    def factory(_cb):
-        producers.append(RefusingProducer(log))
-        return producers[-1]
-
-    ident = WriterIdentity("inst", 2, record_format.writer_id_for("inst"))
-    w = CanaryWriter(WriterConfig(name="w", rate=0), TOPIC, ident, LedgerWriter(FakeProducer(log), "ledger", "inst",
-                                                                                  ident.writer_id, 2), factory)
+    w, log, producers = _setup(WriterConfig(name="w", rate=0), producer_cls=RefusingProducer)
     w.start()
     producers[0].dead = True
     w.step(4, threading.Event())  # refused: never written
