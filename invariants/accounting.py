@@ -301,7 +301,8 @@ class LedgerFold:
                 if piece.txn is None:
                     if acked:
                         events.append(AckedRun(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
-                                               run.first_offset + piece.first - first, ts_us, piece.cls))
+                                               run.first_offset + piece.first - first, ts_us, piece.cls,
+                                               run.log_start_after))
                     elif run.outcome is WriteOutcome.UNCONFIRMED:
                         events.append(UnconfirmedRun(tid, p, w.writer_id, w.inc, piece.first,
                                                      piece.end - piece.first))

@@ -56,6 +56,18 @@ looks the same as a bogus one afterwards), so a reader that never saw offset 0 c
 write ``expired_unread`` rather than guessing. Implies ``offset_mismatch`` once the record
 is read.
 
+**Checked at acknowledgement time.** A writer that gets an ack at offset 0, or below an earlier
+ack of the same partition, lists the partition's log start offset right after and records it with
+the outcome (``log_start_after``; :mod:`monitor.canary.ack_check`). An ack below the log start
+listed after it named an offset the log no longer had when the ack was given: at offset 0
+``zero_offset``, elsewhere ``offset_mismatch``, both ``cause="below_log_start"``, counted at once
+in both isolations and never judged again by where the record is read (live and audit alike). This
+catches the bogus zero offset after retention deleted offset 0, which the read-time rule cannot
+see. Transactional writes are left to the read-time rules (the transaction family needs their
+acknowledged offsets). An ack that only goes backwards is rewrite evidence: the checker reads that
+range again before it counts what it remembers of it (a truncated log, a log that started again).
+An ack at 0 above a listed log start of 0 is judged at read time, where offset 0 is readable.
+
 **zero_offset** in the audit, which sees only the final log: counted only when the write is
 read elsewhere or its ack followed a higher ack of the same writer incarnation, partition and
 topic ID (an offset going back to 0 at ack time). A write acked at 0 that offset 0 no longer
@@ -98,7 +110,7 @@ import heapq
 from collections import Counter
 from typing import Any, Iterable
 
-from invariants.catalog import Invariant
+from invariants.catalog import Invariant, Isolation
 from invariants.confirm import Pending
 from invariants.model import Ident, Verdict, ViewKey, Violation, WriteKey
 from invariants.promises import GUARANTEED, ClassTable, Promise, WriteClass
@@ -278,6 +290,20 @@ class AckedWritesFamily:
         return Violation(Invariant.OFFSET_MISMATCH, key.iso, key.topic_id, key.partition, (acked_at, read_at),
                          (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {acked_at}, read at {read_at}",
                          cause=cause, writer_name=cls.writer if cls else "")
+
+    @staticmethod
+    def below_log_start(iso: Isolation, tid: str, p: int, first_offset: int, count: int, writer: tuple[int, int],
+                        first_seq: int, log_start_after: int, cls: WriteClass) -> list[Violation]:
+        """Acks below the log start listed after them (checked at acknowledgement time): at 0,
+        ``zero_offset``; elsewhere ``offset_mismatch``; both with ``cause="below_log_start"``."""
+        out = []
+        for i in range(count):
+            off = first_offset + i
+            inv = Invariant.ZERO_OFFSET if off == 0 else Invariant.OFFSET_MISMATCH
+            out.append(Violation(inv, iso, tid, p, (off,), writer, first_seq + i, cause="below_log_start",
+                                 detail=f"acked at {off}, below the log start {log_start_after} listed after the ack",
+                                 **_cls(GUARANTEED, cls)))
+        return out
 
     # -- bookkeeping -----------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ versioned form the watch saves after every batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from invariants.accounting import (
@@ -303,6 +303,16 @@ class Checker(TopicLifecycle):
 
     def _ledger_event(self, ev: LedgerEvent) -> None:
         if isinstance(ev, AckedRun):
+            bogus = min(ev.count, max(0, ev.log_start_after - ev.first_offset))
+            if bogus:  # acks below the log start listed after them: judged at once, never expected
+                for iso in (RU, RC):
+                    self.sink.extend(self.acked.below_log_start(iso, ev.topic_id, ev.partition, ev.first_offset,
+                                                                bogus, (ev.writer_id, ev.inc), ev.first_seq,
+                                                                ev.log_start_after, ev.cls))
+                if bogus == ev.count:
+                    return
+                ev = replace(ev, first_seq=ev.first_seq + bogus, count=ev.count - bogus,
+                             first_offset=ev.first_offset + bogus)
             self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset,
                            ev.first_offset + ev.count - 1)
             for iso in (RU, RC):

@@ -110,6 +110,10 @@ class OutcomeRun:
     done_ts_us: int
     error: str | None = None
     txn_id: int = 0  # the transaction the writes belong to (0: none)
+    # for acks that went backwards or to 0: the partition's log start offset as listed after the
+    # acknowledgement arrived (-1: not listed). An ack below it named an offset the log no longer
+    # had when it was given: a bogus offset, judged at once.
+    log_start_after: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ class AckedRun:
     first_offset: int
     done_ts_us: int
     cls: WriteClass = UNKNOWN_CLASS
+    log_start_after: int = -1  # listed after the acks arrived (-1: not listed); see OutcomeRun
 
 
 @dataclass(frozen=True, slots=True)

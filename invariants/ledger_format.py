@@ -11,7 +11,8 @@ entry is a detectable gap), the writer's clock ``ts_us``, and a body:
 ``Intent``      writes about to be sent (ranges of seqs per partition) and, for a transaction,
                 its id, size and whether it is meant to be aborted — durable *before* the send
 ``Outcomes``    run-length encoded outcomes: seq ``first_seq + i`` got ``first_offset + i``
-                (offset -1 unless acked), with the transaction id of the writes (0: none)
+                (offset -1 unless acked), with the transaction id of the writes (0: none) and,
+                for acks that went backwards or to 0, the log start offset listed after them
 ``TxnEnd``      a transaction's outcome (``committed``/``aborted`` only when that call returned)
 ``Checkpoint``  every few seconds: the topic and its settings as observed now (with each
                 partition's log start offset), the writes still waiting for an outcome and the
@@ -68,8 +69,9 @@ def _topic_json(t: TopicSettings | None) -> dict[str, Any] | None:
 
 
 def _run_json(r: OutcomeRun) -> list[Any]:
-    return [r.partition, r.first_seq, r.count, r.outcome.value, r.first_offset, r.send_ts_us, r.done_ts_us, r.error,
-            r.txn_id]
+    out = [r.partition, r.first_seq, r.count, r.outcome.value, r.first_offset, r.send_ts_us, r.done_ts_us, r.error,
+           r.txn_id]
+    return out + [r.log_start_after] if r.log_start_after >= 0 else out
 
 
 def _ranges_json(writes: tuple[WriteRange, ...]) -> list[list[int]]:
@@ -158,17 +160,21 @@ def _ranges(raw: Any, what: str) -> tuple[WriteRange, ...]:
 
 
 def _run(raw: Any) -> OutcomeRun:
-    if not isinstance(raw, list) or len(raw) not in (8, 9):  # version 1 runs have no transaction id
-        raise LedgerFormatError(f"outcome run: expected 8 or 9 fields, got {raw!r}")
+    # version 1 runs have no transaction id; only a listed ack carries the 10th field
+    if not isinstance(raw, list) or len(raw) not in (8, 9, 10):
+        raise LedgerFormatError(f"outcome run: expected 8 to 10 fields, got {raw!r}")
     p, first, count, outcome, offset, send, done, error, *txn = raw
     _ints([p, first, count, offset, send, done, *txn], 6 + len(txn), "outcome run")
+    listed = txn[1] if len(txn) > 1 else -1
+    if len(txn) > 1 and listed < 0:
+        raise LedgerFormatError(f"outcome run: log start after {listed} is negative")
     try:
         out = WriteOutcome(outcome)
     except ValueError:
         raise LedgerFormatError(f"outcome run: unknown outcome {outcome!r}") from None
     if error is not None and not isinstance(error, str):
         raise LedgerFormatError(f"outcome run: error {error!r} is not text")
-    return OutcomeRun(p, first, count, out, offset, send, done, error, txn[0] if txn else 0)
+    return OutcomeRun(p, first, count, out, offset, send, done, error, txn[0] if txn else 0, listed)
 
 
 def _body(kind: str, obj: dict[str, Any]) -> Body:

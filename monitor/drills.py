@@ -49,7 +49,8 @@ class DrillReport:
         data = asdict(self)
         data["expected"] = [
             {"invariant": inv.value, "isolation": iso.value, "count": n}
-            for (inv, iso), n in expected_counts(self.kind, self.count).items()
+            for (inv, iso), n in expected_counts(self.kind, self.count, below_log_start=sum(
+                1 for i in self.injected if i.get("log_start_after", 0) > 0)).items()
         ]
         return data
 
@@ -110,10 +111,13 @@ class _Drill:
         p = self.partition if partition is None else partition
         self.ledger.append(Intent(self.topic.topic_id, tuple(WriteRange(p, s, 1) for s in seqs), txn), sync=True)
 
-    def outcomes(self, results: list[tuple[int, WriteOutcome, int]], partition: int | None = None) -> None:
+    def outcomes(self, results: list[tuple[int, WriteOutcome, int]], partition: int | None = None,
+                 listed: int = -1) -> None:
+        """``listed``: the log start listed after these acks (-1: not listed)."""
         p = self.partition if partition is None else partition
         ts = now_us()
-        runs = tuple(OutcomeRun(p, seq, 1, outcome, offset, ts, ts) for seq, outcome, offset in results)
+        runs = tuple(OutcomeRun(p, seq, 1, outcome, offset, ts, ts, log_start_after=listed)
+                     for seq, outcome, offset in results)
         self.ledger.append(Outcomes(self.topic.topic_id, runs), sync=True)
 
     def ensure_offset_zero_taken(self) -> None:
@@ -183,8 +187,9 @@ def _zero_offset(d: _Drill, count: int) -> None:
         (seq,) = d.seqs(1)
         d.intent([seq])
         offset = d.write(d.record(seq))
-        d.outcomes([(seq, WriteOutcome.ACKED, 0)])
-        d.report.injected.append({"seq": seq, "actual_offset": offset, "claimed_offset": 0})
+        low, _high = d.watermarks(d.partition)  # listed after the claim, as a writer does after an ack at 0
+        d.outcomes([(seq, WriteOutcome.ACKED, 0)], listed=low)
+        d.report.injected.append({"seq": seq, "actual_offset": offset, "claimed_offset": 0, "log_start_after": low})
 
 
 def _offset_mismatch(d: _Drill, count: int) -> None:

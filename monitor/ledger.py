@@ -46,6 +46,7 @@ class Delivery:
     done_ts_us: int
     error: str | None = None
     txn_id: int = 0
+    log_start_after: int = -1  # see OutcomeRun
 
 
 def encode_runs(results: Iterable[Delivery]) -> list[OutcomeRun]:
@@ -57,12 +58,14 @@ def encode_runs(results: Iterable[Delivery]) -> list[OutcomeRun]:
             last = runs[-1]
             next_offset = last.first_offset + last.count if last.first_offset >= 0 else -1
             if (last.partition == d.partition and last.first_seq + last.count == d.seq and last.outcome == d.outcome
-                    and last.error == d.error and d.offset == next_offset and last.txn_id == d.txn_id):
+                    and last.error == d.error and d.offset == next_offset and last.txn_id == d.txn_id
+                    and last.log_start_after == d.log_start_after):
                 runs[-1] = OutcomeRun(d.partition, last.first_seq, last.count + 1, d.outcome, last.first_offset,
-                                      last.send_ts_us, max(last.done_ts_us, d.done_ts_us), d.error, d.txn_id)
+                                      last.send_ts_us, max(last.done_ts_us, d.done_ts_us), d.error, d.txn_id,
+                                      d.log_start_after)
                 continue
         runs.append(OutcomeRun(d.partition, d.seq, 1, d.outcome, d.offset, d.send_ts_us, d.done_ts_us, d.error,
-                               d.txn_id))
+                               d.txn_id, d.log_start_after))
     return runs
 
 

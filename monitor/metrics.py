@@ -20,7 +20,7 @@ from invariants.model import DURABILITIES, LOST_CAUSES, READERS, RU
 
 WRITE_OUTCOMES = [o.value for o in WriteOutcome if o is not WriteOutcome.PENDING]
 TXN_OUTCOMES = [o.value for o in TxnOutcome if o is not TxnOutcome.PENDING]
-PRODUCER_ERROR_KINDS = ["init_producer_id", "transaction", "fatal", "client", "queue_full"]
+PRODUCER_ERROR_KINDS = ["init_producer_id", "transaction", "fatal", "client", "queue_full", "list_offsets"]
 TOPIC_CHANGE_KINDS = ["recreated", "partitions_added"]
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -65,7 +65,8 @@ def producer_metrics(registry: CollectorRegistry) -> ProducerMetrics:
         errors=Counter(
             "vigil_producer_errors", "Producer errors by kind: init_producer_id (InitProducerId failed), "
             "transaction (begin/commit/abort failed), fatal (producer had to be recreated), client "
-            "(other client errors), queue_full.", ["writer", "kind"], registry=registry),
+            "(other client errors), queue_full, list_offsets (the log start after a suspect ack could not "
+            "be listed).", ["writer", "kind"], registry=registry),
         last_ack=Gauge(
             "vigil_producer_last_ack_timestamp_seconds", "Wall-clock time of the last acknowledged canary write.",
             ["writer"], registry=registry),

@@ -40,6 +40,7 @@ class WriteState:
     send_ts_us: int = 0
     done_ts_us: int = 0
     cls: WriteClass = UNKNOWN_CLASS
+    log_start_after: int = -1  # see OutcomeRun
 
 
 @dataclass
@@ -160,6 +161,7 @@ class LedgerBook:
                     st.outcome = run.outcome
                     st.offset = run.first_offset + i if run.first_offset >= 0 else -1
                     st.error, st.send_ts_us, st.done_ts_us = run.error, run.send_ts_us, run.done_ts_us
+                    st.log_start_after = run.log_start_after
         elif isinstance(body, TxnEnd):
             t = self.txns.get(TxnKey(wid, inc, body.id))
             if t is None:  # a transaction none of whose entries were seen before

@@ -187,6 +187,11 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
         tid, p, wid, inc, seq = wkey.topic_id, wkey.partition, wkey.writer_id, wkey.inc, wkey.seq
         txn = book.txns.get(TxnKey(wid, inc, st.txn_id)) if st.txn_id else None
         ident, o = wkey.ident, st.offset
+        if not st.txn_id and o < st.log_start_after:  # below the log start listed after the ack: bogus
+            for iso in (RC, RU):
+                res.add(Invariant.ZERO_OFFSET if o == 0 else Invariant.OFFSET_MISMATCH, iso, topic_id=tid, partition=p,
+                        writer=(wid, inc), seq=seq, acked_offset=o, cause="below_log_start")
+            continue
         for iso in (RC, RU):
             if not _expected_in(iso, txn.outcome if txn else None):
                 continue

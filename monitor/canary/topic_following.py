@@ -45,6 +45,7 @@ class TopicFollowing:
             self._serve(0)
             self._renew_producer(f"topic {self.topic.name} recreated (was {replaces})")
             self.flush_outcomes(force=True)
+            self._forget_acks()
         else:
             try:  # the producer must know the new partitions before a record is sent to one
                 self.producer.list_topics(info.name, timeout=5)  # type: ignore[attr-defined]

@@ -65,6 +65,10 @@ class TopicObserver(threading.Thread):
         self.on_view(self.latest)
         return self.latest
 
+    def list_log_starts(self, info: TopicInfo, timeout: float) -> tuple[int, ...]:
+        """Every partition's log start offset now (empty when any did not answer)."""
+        return clients.log_starts(self.admin, info, timeout)
+
     def run(self) -> None:
         while not self.stop_event.wait(self.interval_s):
             self.refresh()

@@ -42,6 +42,7 @@ from invariants.ledger_format import (
     WriteRange, WriterSettings,
 )
 from monitor import record_format
+from monitor.canary.ack_check import AckChecking
 from monitor.canary.topic_following import TopicFollowing
 from monitor.canary.topic_watch import TopicObserver
 from monitor.clients import ProducerLike, TopicInfo
@@ -55,7 +56,7 @@ MAX_BATCH = 10_000
 OUTCOME_FLUSH_S = 0.05
 
 
-class CanaryWriter(TopicFollowing):
+class CanaryWriter(TopicFollowing, AckChecking):
     def __init__(self, cfg: WriterConfig, topic: TopicInfo, identity: WriterIdentity, ledger: LedgerWriter,
                  producer_factory: Callable[[Callable[[Any], None]], ProducerLike],
                  metrics: ProducerMetrics | None = None, observer: TopicObserver | None = None,
@@ -79,6 +80,8 @@ class CanaryWriter(TopicFollowing):
         self.planned = 0
         self.counts: dict[WriteOutcome, int] = {o: 0 for o in WriteOutcome}
         self._results: list[Delivery] = []
+        self._highest_ack: dict[int, int] = {}  # partition -> the highest offset acked (see ack_check)
+        self._to_list: list[int] = []  # indexes into _results of acks to list the log start after
         self._last_outcome_flush = time.monotonic()
         self._fatal: KafkaError | None = None
         self.producer = self._factory(self._on_error)
@@ -113,6 +116,8 @@ class CanaryWriter(TopicFollowing):
             return  # already decided (a report of a producer given up as dead, arriving late)
         txn_id = pending[0]
         self._results.append(Delivery(partition, seq, outcome, offset, send_ts, done, error, txn_id))
+        if outcome is WriteOutcome.ACKED:
+            self._note_ack(len(self._results) - 1, partition, offset)
         self.counts[outcome] += 1
         if self.metrics is not None:
             self.metrics.writes.labels(self.cfg.name, outcome.value).inc()
@@ -190,6 +195,7 @@ class CanaryWriter(TopicFollowing):
         now = time.monotonic()
         if not self._results or (not force and now - self._last_outcome_flush < OUTCOME_FLUSH_S):
             return []
+        self._list_after_acks()
         runs = encode_runs(self._results)
         self._results = []
         self._last_outcome_flush = now

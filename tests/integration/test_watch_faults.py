@@ -1,4 +1,5 @@
-"""The live checker under broker faults: rolling restart, a paused leader, all brokers paused."""
+"""The live checker under broker faults: rolling restart, a paused leader, all brokers paused, a
+transaction coordinator cut off from its followers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
-    HISTORY, Background, audit_counts, metrics_up, nonzero, sample, violations, wait_for, watch_config,
+    HISTORY, Background, audit_counts, final_counts, metrics_up, nonzero, sample, violations, wait_for, watch_config,
 )
 
 
@@ -86,3 +87,78 @@ def test_paused_leader_stalls_only_its_partitions_and_the_monitor_recovers(clust
         assert run.stop() == 0, run.tail()
     assert nonzero(history) == {}
     assert nonzero({k: v for k, v in audit_counts(vigil_json(path, "audit")).items() if k[0] in HISTORY}) == {}
+
+
+def _java_hash(text: str) -> int:
+    """Java's String.hashCode (ASCII text)."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _coordinator_partition(transactional_id: str, partitions: int) -> int:
+    """Where Kafka keeps a transactional id: abs(hashCode) mod the partitions of
+    __transaction_state (Kafka's abs maps Integer.MIN_VALUE to 0)."""
+    h = _java_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _transaction_state(cfg, client):
+    """__transaction_state as described now; a throwaway transactional producer creates it first if
+    no test of this session did."""
+    from confluent_kafka import Producer
+
+    info = describe_topic(client, "__transaction_state")
+    if info is None:
+        Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                  "transactional.id": "vigil-it-probe"}).init_transactions(60)
+        info = wait_for(lambda: describe_topic(client, "__transaction_state"), 60, "__transaction_state")
+    return info
+
+
+def test_a_transactional_writer_whose_coordinator_cannot_serve_is_producer_stalled(cluster_ready, tmp_path):
+    """(e) The coordinator of the writer's transactional id cut off from its followers before the
+    writer starts: InitProducerId cannot be made durable (min ISR 2 on __transaction_state), the
+    writer stays in init_transactions, and its ``init`` ledger entry makes that producer_stalled.
+    Healed, the writer initialises and writes; nothing else is counted."""
+    from monitor.canary.runner import prepare_topics, writer_instance_id
+
+    cluster = cluster_ready["cluster"]
+    writer = {"name": "txn", "transactional": True, "rate": 20, "message_timeout_ms": 10000,
+              "transaction": {"timeout_ms": 15000}}
+    client = None
+    # the ledger on one node, and a writer name whose coordinator is another: the cut leaves the
+    # ledger alone, so the init entry lands at once
+    ledger = {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1}
+    for attempt in range(20):
+        writer["name"] = f"txn{attempt}"
+        cfg, path = watch_config(cluster_ready, tmp_path, "coord", 29479, ledger=ledger, writers=[writer],
+                                 watch={"producer_stall_s": 5})
+        prepare_topics(cfg)
+        client = client or admin(cfg)
+        state = _transaction_state(cfg, client)
+        txn_id = f"vigil-{writer_instance_id(cfg, cfg.writers[0])}"
+        node = state.leaders[_coordinator_partition(txn_id, state.partitions)]
+        if node != describe_topic(client, cfg.ledger.topic).leaders[0]:
+            break
+    else:
+        raise AssertionError("no writer name with a coordinator apart from the ledger's leader")
+    port = cfg.metrics.port
+    cluster.isolate(node, kinds=["replication"])  # clients and the controller still reach it
+    run = Background(path, "run", "--json", name="run")
+    try:
+        wait_for(lambda: (violations(port) if metrics_up(port) else {}).get(("producer_stalled", "none"), 0) >= 1,
+                 150, "producer_stalled of the writer stuck in init_transactions")
+        assert sample(port, "vigil_producer_writes_total", writer=writer["name"], outcome="acked") in (None, 0)
+        cluster.heal()
+        wait_for(lambda: (sample(port, "vigil_producer_writes_total", writer=writer["name"], outcome="acked")
+                          or 0) > 50, 120, "the writer to initialise and write once healed")
+        wait_for(lambda: sample(port, "vigil_stalls_open", invariant="producer_stalled", isolation="none") == 0,
+                 60, "the stall to clear")
+    finally:
+        cluster.heal()
+        assert run.stop() == 0, run.tail()
+    live = nonzero(final_counts(run))
+    assert set(live) == {("producer_stalled", "none")}, live
+    assert nonzero(audit_counts(vigil_json(path, "audit"))) == {}  # liveness is live-only

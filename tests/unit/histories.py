@@ -39,6 +39,8 @@ EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "reorder": {(I.REORDER, RC): 1, (I.REORDER, RU): 1},
     "zero_offset": {(I.ZERO_OFFSET, RC): 1, (I.ZERO_OFFSET, RU): 1, (I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
     "offset_mismatch": {(I.OFFSET_MISMATCH, RC): 1, (I.OFFSET_MISMATCH, RU): 1},
+    "zero_offset_below_log_start": {(I.ZERO_OFFSET, RC): 1, (I.ZERO_OFFSET, RU): 1},
+    "offset_below_log_start": {(I.OFFSET_MISMATCH, RC): 2, (I.OFFSET_MISMATCH, RU): 2},
     "inconsistent_offset": {(I.INCONSISTENT_OFFSET, RC): 1, (I.INCONSISTENT_OFFSET, RU): 1},
     "aborted_read": {(I.ABORTED_READ, RC): 2},
     "aborted_read_abort_unreturned": {(I.ABORTED_READ, RC): 2},
@@ -102,15 +104,17 @@ class _Writer:
                 writes.append(WriteRange(p, s, 1))
         self.entry(Intent(TOPIC, tuple(writes), txn))
 
-    def outcomes(self, p: int, results: list[tuple[int, str, int]]) -> None:
+    def outcomes(self, p: int, results: list[tuple[int, str, int]], listed: int = -1) -> None:
+        """``listed``: the log start the writer listed after these acks (-1: none)."""
         runs: list[OutcomeRun] = []
         for s, outcome, off in results:  # run-length encoded like monitor.ledger.encode_runs
             last = runs[-1] if runs else None
             if (last and last.first_seq + last.count == s and last.outcome.value == outcome
                     and (off == last.first_offset + last.count if last.first_offset >= 0 else off == -1)):
-                runs[-1] = OutcomeRun(p, last.first_seq, last.count + 1, last.outcome, last.first_offset, 1, 2)
+                runs[-1] = OutcomeRun(p, last.first_seq, last.count + 1, last.outcome, last.first_offset, 1, 2,
+                                      log_start_after=listed)
             else:
-                runs.append(OutcomeRun(p, s, 1, WriteOutcome(outcome), off, 1, 2))
+                runs.append(OutcomeRun(p, s, 1, WriteOutcome(outcome), off, 1, 2, log_start_after=listed))
         self.entry(Outcomes(TOPIC, tuple(runs)))
 
     def ident(self, seq: int) -> tuple[int, int, int]:
@@ -274,6 +278,25 @@ class History:
         w.intent(p, [s])
         self.append(p, Slot(w.ident(s)))
         w.outcomes(p, [(s, "acked", 0)])
+
+    def _zero_offset_below_log_start(self, w: _Writer, p: int) -> None:
+        """Acked at 0 while the log start listed right after the ack was higher (retention had
+        deleted offset 0): bogus at once, wherever the record is and whatever offset 0 held."""
+        (s,) = w.seqs(p, 1)
+        w.intent(p, [s])
+        at = self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", 0)], listed=at)
+
+    def _offset_below_log_start(self, w: _Writer, p: int) -> None:
+        """Two acks at an early offset, both below the log start listed after them: bogus; an honest
+        ack of the same run above it is judged as usual."""
+        self.honest(self.background, p, 3)
+        s, s1, s2 = w.seqs(p, 3)
+        w.intent(p, [s, s1, s2])
+        for x in (s, s1):
+            self.append(p, Slot(w.ident(x)))
+        at = self.append(p, Slot(w.ident(s2)))
+        w.outcomes(p, [(s, "acked", at - 2), (s1, "acked", at - 1), (s2, "acked", at)], listed=at)
 
     def _offset_mismatch(self, w: _Writer, p: int) -> None:
         (_c, cover), = self.honest(w, p)

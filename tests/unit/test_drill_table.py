@@ -25,3 +25,10 @@ def test_expected_counts_scale_with_count():
 def test_catalog_covers_every_invariant():
     assert set(CATALOG) == set(Invariant)
     assert len(series()) == 2 * 8 + 3 + 2  # both-level invariants, rc-only, writer-side
+
+
+def test_zero_offset_claims_below_the_listed_log_start_count_no_mismatch():
+    assert expected_counts("zero_offset", 3, below_log_start=2) == {
+        (Invariant.ZERO_OFFSET, RC): 3, (Invariant.ZERO_OFFSET, RU): 3,
+        (Invariant.OFFSET_MISMATCH, RC): 1, (Invariant.OFFSET_MISMATCH, RU): 1}
+    assert (Invariant.OFFSET_MISMATCH, RU) not in expected_counts("zero_offset", 1, below_log_start=1)

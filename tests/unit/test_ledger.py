@@ -23,6 +23,12 @@ def test_runs_merge_consecutive_seqs_and_offsets_only():
     assert runs[0].done_ts_us == 3 and runs[2].error == "_MSG_TIMED_OUT"
 
 
+def test_runs_keep_acks_listed_after_apart_from_the_others():
+    runs = encode_runs([Delivery(0, 0, A, 0, 1, 2, log_start_after=0), Delivery(0, 1, A, 1, 1, 2),
+                        Delivery(0, 2, A, 2, 1, 2)])
+    assert [(r.first_seq, r.count, r.log_start_after) for r in runs] == [(0, 1, 0), (1, 2, -1)]
+
+
 def _entries(producer):
     return [decode(v) for (_t, _p), vals in sorted(producer.log.items()) for v in vals]
 

@@ -233,6 +233,7 @@ class ScriptedObserver:
         self.view_at = view_at
         self.writer = None
         self.refreshes = 0
+        self.listings = 0
 
     @property
     def latest(self):
@@ -241,6 +242,10 @@ class ScriptedObserver:
     def refresh(self):
         self.refreshes += 1
         return self.latest
+
+    def list_log_starts(self, info, timeout):
+        self.listings += 1
+        return self.latest.log_starts
 
 
 def _view(info=None, missing=False, starts=()):
@@ -362,3 +367,55 @@ def test_the_topic_observer_remembers_the_most_partitions_for_a_recreation(monke
     for _ in range(3):
         observer.refresh()
     assert observer.latest.missing and observer.most_partitions == 3  # an operator added one, then it vanished
+
+
+class ZeroAckingProducer(FakeProducer):
+    """Acknowledges the record it appends at offset 3 of partition 0 as if it sat at offset 0."""
+
+    def _deliver(self):
+        from tests.unit.fakes import FakeMessage
+
+        n = 0
+        while self.queue:
+            topic, partition, value, key, cb = self.queue.pop(0)
+            part = self.log.setdefault((topic, partition), [])
+            part.append(value)
+            offset = len(part) - 1
+            cb(None, FakeMessage(topic, partition, value, 0 if (partition, offset) == (0, 3) else offset, key))
+            n += 1
+        return n
+
+
+def _outcome_runs(log):
+    from invariants.ledger_format import Outcomes
+
+    return [r for b in _ledger_bodies(log) if isinstance(b, Outcomes) for r in b.runs]
+
+
+def test_an_ack_at_0_or_backwards_is_followed_by_a_listing_of_the_log_start_recorded_with_it():
+    # offset 0 of partition 0 deleted by retention once the writer got that far (the listing says so)
+    obs = ScriptedObserver(lambda planned: _view(TOPIC, starts=(0, 0, 0) if planned <= 6 else (2, 0, 0)))
+    w, log, _ = _setup(WriterConfig(name="w", rate=0), producer_cls=ZeroAckingProducer, observer=obs)
+    obs.writer = w
+    _drive(w, steps=4)
+    listed = {(r.partition, r.first_seq): r.log_start_after for r in _outcome_runs(log) if r.log_start_after >= 0}
+    # the first ack of each partition (at 0: legitimately, the log was new) and the bogus one
+    assert listed == {(0, 0): 0, (1, 0): 0, (2, 0): 0, (0, 3): 2}
+    assert obs.listings == 2  # one listing per flush that had suspect acks, not one per ack
+    audit = _book(log)
+    bogus = [k for k, st in audit.writes.items() if st.offset < st.log_start_after]
+    assert [(k.partition, k.seq) for k in bogus] == [(0, 3)]
+
+
+def test_a_listing_that_fails_records_nothing_and_is_counted():
+    from prometheus_client import CollectorRegistry
+
+    from monitor.metrics import producer_metrics
+
+    obs = ScriptedObserver(lambda planned: _view(TOPIC, starts=()))
+    metrics = producer_metrics(CollectorRegistry())
+    w, log, _ = _setup(WriterConfig(name="w", rate=0), producer_cls=ZeroAckingProducer, observer=obs, metrics=metrics)
+    obs.writer = w
+    _drive(w, steps=4)
+    assert all(r.log_start_after == -1 for r in _outcome_runs(log))
+    assert metrics.errors.labels("w", "list_offsets")._value.get() == 2

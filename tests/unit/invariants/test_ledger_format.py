@@ -27,6 +27,8 @@ BODIES = {
     "outcomes": Outcomes("AbCdEf", (OutcomeRun(0, 10, 3, WriteOutcome.ACKED, 500, 1, 2),
                                     OutcomeRun(2, 4, 1, WriteOutcome.INDETERMINATE, -1, 1, 3, "_MSG_TIMED_OUT"),
                                     OutcomeRun(1, 0, 4, WriteOutcome.ACKED, 9, 1, 3, None, 12))),
+    "outcomes_listed_after_the_ack": Outcomes("AbCdEf", (OutcomeRun(0, 11, 1, WriteOutcome.ACKED, 0, 1, 2,
+                                                                    log_start_after=4000),)),
     "txn": TxnEnd(9, TxnOutcome.ABORTED, None),
     "txn_indeterminate": TxnEnd(10, TxnOutcome.INDETERMINATE, "_FENCED"),
     "init": Init(),
@@ -84,6 +86,8 @@ def test_an_entry_of_another_version_names_the_version():
      b' "topic_id": "T", "partitions": 1, "pending": [], "open_txns": [], "log_starts": ["x"]}', "log_starts"),
     (b'{"v": 3, "instance": "i", "writer_id": 1, "inc": 1, "n": 0, "ts_us": 0, "kind": "retire", "topic": "c"}',
      "topic_id"),
+    (b'{"v": 3, "instance": "i", "writer_id": 1, "inc": 1, "n": 0, "ts_us": 0, "kind": "outcomes", "topic_id": "T",'
+     b' "runs": [[0, 0, 1, "acked", 0, 1, 2, null, 0, -4]]}', "log start after -4 is negative"),
 ])
 def test_what_is_not_an_entry_is_refused_with_the_reason(raw, why):
     with pytest.raises(LedgerFormatError, match=why):
