@@ -84,6 +84,20 @@ def describe_topic(client: AdminClient, name: str, timeout: float = 10.0) -> Top
     return TopicInfo(name, str(desc.topic_id), len(desc.partitions), leaders, rf)
 
 
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int  # -1: none
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def describe_partitions(client: AdminClient, name: str, timeout: float = 10.0) -> dict[int, PartitionView]:
+    """partition -> leader, replicas and ISR as the cluster describes them now."""
+    desc = client.describe_topics(TopicCollection([name]), request_timeout=timeout)[name].result()
+    return {p.id: PartitionView(p.leader.id if p.leader is not None else -1, tuple(r.id for r in p.replicas),
+                                tuple(r.id for r in p.isr)) for p in desc.partitions}
+
+
 def topic_exists(client: AdminClient, name: str, timeout: float = 10.0) -> bool:
     """Whether the cluster lists the topic (raises when no broker answers)."""
     return name in client.list_topics(timeout=timeout).topics

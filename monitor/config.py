@@ -226,7 +226,8 @@ class WriterConfig(_Model):
         try:
             return WriterConfig.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_format_errors(exc, f"writer {self.name!r} with the command line options")) from None
+            raise ConfigError(format_errors(
+                exc, f"invalid configuration in writer {self.name!r} with the command line options:")) from None
 
 
 class MetricsConfig(_Model):
@@ -334,13 +335,12 @@ class Config(_Model):
         return Path(self.watch.evidence.path or Path(self.state_dir) / "evidence.jsonl")
 
 
-def _format_errors(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration in {source}:"]
+def format_errors(exc: ValidationError, heading: str) -> str:
+    """One line per problem: the key's dotted path and the reason (shared with chaos scenarios)."""
+    lines = [heading]
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         lines.append(f"  {path}: {msg}")
     return "\n".join(lines)
 
@@ -353,7 +353,7 @@ def parse(data: Any, source: str = "<config>") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
+        raise ConfigError(format_errors(exc, f"invalid configuration in {source}:")) from None
 
 
 def load(path: str | os.PathLike[str] | None) -> Config:

@@ -10,7 +10,8 @@ from rich.text import Text
 
 from invariants.errors import VigilError
 from monitor.cli import (
-    audit_cmd, bench_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd, watch_cmd,
+    audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd,
+    watch_cmd,
 )
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 app.add_typer(cluster_cmd.app, name="cluster")
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(chaos_cmd.app, name="chaos")
 app.command("produce")(produce_cmd.produce)
 app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)

@@ -281,8 +281,19 @@ class LocalCluster:
             reply = self._proxy({"op": "block", "dst": node_id, "kind": kind})
         return reply
 
+    def reconnect(self, node_id: int, kinds: Iterable[str] = LINK_KINDS) -> dict:
+        """Undo :meth:`isolate` for ``kinds`` (other cuts stay)."""
+        reply: dict = {}
+        for kind in kinds:
+            self._proxy({"op": "unblock", "src": node_id, "kind": kind})
+            reply = self._proxy({"op": "unblock", "dst": node_id, "kind": kind})
+        return reply
+
     def block_link(self, src: int, dst: int, kind: str) -> dict:
         return self._proxy({"op": "block", "src": src, "dst": dst, "kind": kind})
+
+    def unblock_link(self, src: int, dst: int, kind: str) -> dict:
+        return self._proxy({"op": "unblock", "src": src, "dst": dst, "kind": kind})
 
     def heal(self) -> dict:
         return self._proxy({"op": "heal"})

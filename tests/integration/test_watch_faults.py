@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from monitor.chaos.targets import coordinator_partition
 from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
@@ -89,21 +90,6 @@ def test_paused_leader_stalls_only_its_partitions_and_the_monitor_recovers(clust
     assert nonzero({k: v for k, v in audit_counts(vigil_json(path, "audit")).items() if k[0] in HISTORY}) == {}
 
 
-def _java_hash(text: str) -> int:
-    """Java's String.hashCode (ASCII text)."""
-    h = 0
-    for ch in text:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def _coordinator_partition(transactional_id: str, partitions: int) -> int:
-    """Where Kafka keeps a transactional id: abs(hashCode) mod the partitions of
-    __transaction_state (Kafka's abs maps Integer.MIN_VALUE to 0)."""
-    h = _java_hash(transactional_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 def _transaction_state(cfg, client):
     """__transaction_state as described now; a throwaway transactional producer creates it first if
     no test of this session did."""
@@ -139,7 +125,7 @@ def test_a_transactional_writer_whose_coordinator_cannot_serve_is_producer_stall
         client = client or admin(cfg)
         state = _transaction_state(cfg, client)
         txn_id = f"vigil-{writer_instance_id(cfg, cfg.writers[0])}"
-        node = state.leaders[_coordinator_partition(txn_id, state.partitions)]
+        node = state.leaders[coordinator_partition(txn_id, state.partitions)]
         if node != describe_topic(client, cfg.ledger.topic).leaders[0]:
             break
     else:

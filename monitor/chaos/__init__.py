@@ -1,0 +1,1 @@
+"""Chaos days: scenarios as data (:mod:`monitor.chaos.scenario`), shipped in ``scenarios/``."""

@@ -1,0 +1,80 @@
+"""A chaos run written down: ``report.md`` (the field reports' table, the timeline as it ran,
+live against audit per invariant, the first evidence lines) and ``result.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from monitor.chaos.runner import RunResult
+
+EVIDENCE_LINES = 3
+
+
+def table_row(r: RunResult) -> dict[str, Any]:
+    """One row of the field reports' table."""
+    s, live = r.scenario, r.summary.get("checker", {}).get("violations", {})
+
+    def worst(inv: str) -> int:  # the reader that saw more of it
+        return max(sum(n for k, n in live.items() if k.startswith(f"{inv}/{iso}/"))
+                   for iso in ("read_committed", "read_uncommitted"))
+
+    acked = sum(w.get("outcomes", {}).get("acked", 0) for w in r.summary.get("writers", []))
+    lost = worst("lost_write")
+    v = r.verdict
+    return {"scenario": s.name, "acks": "/".join(sorted({w.acks for w in s.writers})),
+            "transactions": any(w.transactional for w in s.writers), "min_isr": s.topic.min_insync_replicas,
+            "unclean": s.topic.unclean_leader_election, "fault": ", ".join(dict.fromkeys(st.fault for st in s.timeline)),
+            "acked": acked, "lost": lost, "lost_pct": round(100.0 * lost / acked, 3) if acked else 0.0,
+            "duplicates": worst("duplicate"), "promise": "kept" if v and v.promise_kept else "broken",
+            "passed": bool(v and v.passed)}
+
+
+def _md_table(rows: list[dict[str, Any]]) -> str:
+    cols = list(dict.fromkeys(c for row in rows for c in row))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(row.get(c, "")) for c in cols) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _evidence(r: RunResult) -> dict[str, list[str]]:
+    path = r.config.evidence_path()
+    first: dict[str, list[str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            inv = json.loads(line).get("invariant", "?")
+            if len(first.setdefault(inv, [])) < EVIDENCE_LINES:
+                first[inv].append(line)
+    return first
+
+
+def write(r: RunResult) -> Path:
+    (r.run_dir / "result.json").write_text(json.dumps({**r.to_json(), "row": table_row(r)}, indent=2))
+    v = r.verdict
+    out = [f"# {r.scenario.name}: {r.scenario.title}", ""]
+    if r.scenario.field_report:
+        out += [f"Field reports: {r.scenario.field_report}.", ""]
+    out += [_md_table([table_row(r)]), ""]
+    if v is not None:
+        out += [f"**Verdict: {'PASSED' if v.passed else 'FAILED'}** — Kafka's promise "
+                f"{'kept' if v.promise_kept else 'broken'}; live {'==' if v.live_equals_audit else '!='} audit; "
+                f"expectations {'met' if v.expectations_met else 'not met'}.", ""]
+        out += [f"- unmet: {u}" for u in v.unmet] + [f"- note: {n}" for n in v.notes]
+        out += [f"- disagreement: {d}" for d in v.disagreements] + [""]
+    out += ["## Timeline", "", f"Phases (s after the run began): {r.phases}", "",
+            _md_table(r.steps) if r.steps else "(no steps)", ""]
+    live = r.summary.get("checker", {}).get("violations", {})
+    by_class = r.audit.get("by_durability", {})
+    rows = [{"invariant/isolation/class": k, "live": n,
+             "audit": by_class.get(k.split("/")[1], {}).get(k.split("/")[0], {}).get(k.split("/")[2], "–")}
+            for k, n in sorted(live.items())]
+    out += ["## Live and audit", "", _md_table(rows) if rows else "No violation counted live.", ""]
+    ev = _evidence(r)
+    if ev:
+        out += ["## First evidence lines", ""]
+        for inv, lines in sorted(ev.items()):
+            out += [f"### {inv}", "", "```", *lines, "```", ""]
+    path = r.run_dir / "report.md"
+    path.write_text("\n".join(out))
+    return path

@@ -1,0 +1,168 @@
+"""One chaos run: fresh topics, writers and the checker (`vigil run`), a warm-up, the fault
+timeline, a recovery period, writers stopped and the checker drained, `vigil audit`, the verdict
+and the report. Whatever happens — an error, Ctrl-C — the cluster is healed before it returns."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from confluent_kafka.admin import AdminClient
+
+from monitor import client_config, clients
+from monitor.canary.runner import writer_instance_id
+from monitor.chaos import faults
+from monitor.chaos.heal import heal_cluster
+from monitor.chaos.scenario import Scenario, ScenarioError
+from monitor.chaos.targets import Resolver
+from monitor.clients import PartitionView
+from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts
+from monitor.cluster.local_cluster import LocalCluster
+from monitor.config import Config, parse
+
+VIGIL = [sys.executable, "-m", "monitor"]
+STOP_TIMEOUT_S = 240.0  # writers wait for their last outcomes, then the checker drains
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    run_dir: Path
+    config: Config
+    started_at: float
+    steps: list[dict[str, Any]] = field(default_factory=list)  # what was done, when (s after the faults began)
+    summary: dict[str, Any] = field(default_factory=dict)  # `vigil run --json`
+    audit: dict[str, Any] = field(default_factory=dict)  # `vigil audit --json`
+    verdict: Verdict | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> start, s after the run began
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario.name, "title": self.scenario.title, "run_dir": str(self.run_dir),
+                "canary_topic": self.config.canary.name, "phases": self.phases, "steps": self.steps,
+                "writers": self.summary.get("writers", []), "live": self.summary.get("checker", {}),
+                "audit": {k: self.audit.get(k) for k in ("by_durability", "lost_writes_by_cause", "undecided",
+                                                         "records_checked", "expired_unread")},
+                "verdict": self.verdict.to_json() if self.verdict else None}
+
+
+def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metrics_port: int) -> Config:
+    """The run's own config: the base config's cluster and clients, the scenario's writers, topic
+    settings and watch settings, fresh topic names and state under ``run_dir``."""
+    data = base.model_dump(mode="json", exclude_none=True)
+    slug = scenario.name.lower()
+    data.update({
+        "instance_id": f"chaos-{slug}-{stamp}",
+        "state_dir": str(run_dir / "state"),
+        "canary": {**scenario.topic.model_dump(mode="json"), "name": f"vigil-chaos-{slug}-{stamp}"},
+        "ledger": {**data.get("ledger", {}), "topic": f"vigil-chaos-{slug}-{stamp}-ledger"},
+        "writers": [w.model_dump(mode="json") for w in scenario.writers],
+        "watch": {**data.get("watch", {}), **scenario.watch, "evidence": {}},
+        "metrics": {**data.get("metrics", {}), "port": metrics_port},
+    })
+    path = run_dir / "vigil.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return parse(data, str(path))
+
+
+def resolver(cfg: Config, cluster: LocalCluster) -> Resolver:
+    # quiet: brokers going away is the point here, and librdkafka would say so on stderr each time
+    admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
+
+    def partition(topic: str, p: int) -> PartitionView:
+        desc = clients.describe_partitions(admin, topic)
+        return desc[p]
+
+    txn = next((w for w in cfg.writers if w.transactional), None)
+    return Resolver(partition, lambda t: len(clients.describe_partitions(admin, t)), cluster.active_controller,
+                    tuple(n.node_id for n in cluster.layout.nodes), cfg.canary.name,
+                    f"vigil-{writer_instance_id(cfg, txn)}" if txn else "")
+
+
+class Runner:
+    def __init__(self, base: Config, cluster: LocalCluster, say: Callable[[str], None],
+                 metrics_port: int = 9470) -> None:
+        self.base, self.cluster, self.say, self.metrics_port = base, cluster, say, metrics_port
+
+    def run(self, scenario: Scenario, out_dir: Path) -> RunResult:
+        stamp = time.strftime("%Y%m%d%H%M%S")
+        run_dir = out_dir / scenario.name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg = run_config(self.base, scenario, run_dir, stamp, self.metrics_port)
+        result = RunResult(scenario, run_dir, cfg, time.time())
+        healed = heal_cluster(self.cluster)
+        if healed:
+            self.say(f"{scenario.name}: healed what an earlier run left: {'; '.join(healed)}")
+        # its own session: a Ctrl-C at the terminal reaches only this runner, which heals the
+        # cluster and then stops the run the way it stops cleanly (SIGTERM)
+        proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
+                                stdout=(run_dir / "run.out").open("w"), stderr=(run_dir / "run.err").open("w"),
+                                start_new_session=True)
+        try:
+            self._phase(result, "warm-up", scenario.warmup_s)
+            self._timeline(result, cfg)
+            heal_cluster(self.cluster)
+            self._phase(result, "recovery", scenario.recovery_s)
+        finally:
+            heal_cluster(self.cluster)
+            result.phases["stop"] = round(time.time() - result.started_at, 1)
+            self.say(f"{scenario.name}: stopping the writers, then the checker drains")
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0:
+            raise ScenarioError(f"{scenario.name}: `vigil run` exited with {proc.returncode}; see {run_dir / 'run.err'}")
+        result.summary = json.loads((run_dir / "run.out").read_text().strip().splitlines()[-1])
+        self.say(f"{scenario.name}: auditing the whole history")
+        audit = subprocess.run(VIGIL + ["audit", "--json", "--config", str(run_dir / "vigil.yaml")],
+                               capture_output=True, text=True, timeout=900)
+        if audit.returncode != 0:
+            raise ScenarioError(f"{scenario.name}: `vigil audit` failed: {audit.stderr.strip()[-2000:]}")
+        result.audit = json.loads(audit.stdout.strip().splitlines()[-1])
+        result.verdict = judge(scenario, live_counts(result.summary), audit_counts(result.audit))
+        return result
+
+    def _phase(self, result: RunResult, name: str, seconds: float) -> None:
+        result.phases[name] = round(time.time() - result.started_at, 1)
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.say(f"{result.scenario.name}: {name}, {left:.0f} s left")
+            time.sleep(min(10.0, left))
+
+    def _timeline(self, result: RunResult, cfg: Config) -> None:
+        scenario = result.scenario
+        result.phases["faults"] = round(time.time() - result.started_at, 1)
+        begun = time.monotonic()
+        res = resolver(cfg, self.cluster)
+        bound: dict[str, tuple[int, ...]] = {}
+        undos: list[tuple[float, str, Callable[[], None]]] = []
+
+        def due_undos(until: float) -> None:
+            for when, what, undo in sorted(u for u in undos if u[0] <= until):
+                time.sleep(max(0.0, when - (time.monotonic() - begun)))
+                undo()
+                undos.remove((when, what, undo))
+                result.steps.append({"at_s": round(time.monotonic() - begun, 1), "fault": f"undo {what}"})
+                self.say(f"{scenario.name}: undo {what}")
+
+        for i, step in enumerate(scenario.timeline):
+            due_undos(step.at_s)
+            time.sleep(max(0.0, step.at_s - (time.monotonic() - begun)))
+            at = round(time.monotonic() - begun, 1)
+            nodes, undo = faults.apply(step, self.cluster, res, bound,
+                                       lambda m: self.say(f"{scenario.name}: step {i + 1}/{len(scenario.timeline)}: {m}"))
+            result.steps.append({"at_s": at, "fault": step.fault, "target": step.target, "nodes": list(nodes),
+                                 "took_s": round(time.monotonic() - begun - at, 1)})
+            if undo is not None:
+                undos.append((at + (step.duration_s or 0), f"{step.fault} {','.join(map(str, nodes))}", undo))
+        due_undos(float("inf"))

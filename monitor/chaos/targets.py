@@ -1,0 +1,75 @@
+"""Which node(s) a scenario step means, resolved when the step runs (see
+:mod:`monitor.chaos.scenario` for the names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from monitor.chaos.scenario import ScenarioError
+from monitor.clients import PartitionView
+
+TXN_STATE_TOPIC = "__transaction_state"
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (for text in the Basic Multilingual Plane)."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_partition(transactional_id: str, partitions: int) -> int:
+    """The ``__transaction_state`` partition whose leader coordinates a transactional id: Kafka's
+    ``abs(hashCode) % partitions``, its abs mapping Integer.MIN_VALUE to 0."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@dataclass
+class Resolver:
+    """``partition(topic, p)`` and ``partitions(topic)`` describe the cluster now; ``controller()``
+    names the active controller; ``nodes`` are every node id; ``transactional_id`` is the first
+    transactional writer's."""
+
+    partition: Callable[[str, int], PartitionView]
+    partitions: Callable[[str], int]
+    controller: Callable[[], int | None]
+    nodes: tuple[int, ...]
+    canary: str
+    transactional_id: str = ""
+
+    def resolve(self, target: str, bound: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+        if target in bound:
+            return bound[target]
+        if target == "all":
+            return self.nodes
+        if target.startswith("node:"):
+            node = int(target.split(":", 1)[1])
+            if node not in self.nodes:
+                raise ScenarioError(f"target {target}: the cluster has nodes {', '.join(map(str, self.nodes))}")
+            return (node,)
+        if target == "leader" or target.startswith("leader:"):
+            p = int(target.split(":", 1)[1]) if ":" in target else 0
+            return (self._leader(self.canary, p, target),)
+        if target == "followers":
+            view = self.partition(self.canary, 0)
+            return tuple(r for r in view.replicas if r != view.leader)
+        if target == "coordinator":
+            if not self.transactional_id:
+                raise ScenarioError("target coordinator: no transactional writer")
+            p = coordinator_partition(self.transactional_id, self.partitions(TXN_STATE_TOPIC))
+            return (self._leader(TXN_STATE_TOPIC, p, target),)
+        if target == "controller":
+            node = self.controller()
+            if node is None:
+                raise ScenarioError("target controller: no active controller now")
+            return (node,)
+        raise ScenarioError(f"unknown target {target!r}")
+
+    def _leader(self, topic: str, p: int, target: str) -> int:
+        leader = self.partition(topic, p).leader
+        if leader < 0:
+            raise ScenarioError(f"target {target}: {topic} partition {p} has no leader now")
+        return leader

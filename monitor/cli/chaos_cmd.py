@@ -1,0 +1,89 @@
+"""`vigil chaos`: chaos-day scenarios on the local cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from monitor.chaos import scenario as scenarios
+from monitor.chaos.heal import heal_cluster
+from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
+from monitor.cluster.local_cluster import LocalCluster
+
+app = typer.Typer(
+    help="Chaos days on the local cluster: scenarios (writers, topic settings, a timeline of faults, "
+    "expected verdicts) as data; `heal` undoes whatever a run left behind.",
+    no_args_is_help=True,
+)
+
+ScenarioFiles = typer.Option(None, "--scenario", help="A scenario YAML file of your own (repeatable).")
+
+
+@app.command("list")
+def list_(scenario: Optional[list[Path]] = ScenarioFiles,
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The shipped scenarios (S1–S10 of the chaos matrix and more), and any given with --scenario."""
+    known = list(scenarios.builtin().values()) + [scenarios.load_file(f) for f in scenario or []]
+    if as_json:
+        print_json([{"name": s.name, "title": s.title, "faults": [st.fault for st in s.timeline],
+                     "fault_s": s.fault_s, "expect": s.expect.model_dump()} for s in known])
+        return
+    table = Table(title="chaos scenarios", title_justify="left")
+    for col in ("name", "what happens", "writers", "topic", "expect"):
+        table.add_column(col)
+    for s in known:
+        writers = ", ".join(f"{w.name} (acks={w.acks}{', txn' if w.transactional else ''})" for w in s.writers)
+        t = s.topic
+        topic = f"RF{t.replication_factor} minISR{t.min_insync_replicas}" + \
+            (" unclean" if t.unclean_leader_election else "") + (f" ELR {s.elr}" if s.elr != "any" else "")
+        kept = {True: "promise kept", False: "promise broken", None: "whatever happens"}[s.expect.promise_kept]
+        extra = ([f"none of {', '.join(s.expect.zero)}"] if s.expect.zero else []) + \
+            ([f"some {', '.join(s.expect.nonzero)}"] if s.expect.nonzero else [])
+        table.add_row(s.name, s.title, writers, topic, "; ".join([kept, *extra]))
+    console.print(table)
+
+
+@app.command()
+def run(names: list[str] = typer.Argument(None, help="Scenario names (see `vigil chaos list`)."),
+        scenario: Optional[list[Path]] = ScenarioFiles,
+        report: Path = typer.Option(Path("chaos-reports"), "--report", help="Directory for the reports."),
+        metrics_port: int = typer.Option(9470, help="Metrics port of each run's checker."),
+        as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+        config: Optional[Path] = ConfigOption) -> None:
+    """Run scenarios on the local cluster, one after another: fresh topics, writers and checker, a
+    warm-up, the fault timeline, recovery, then `vigil audit` and the verdict — Kafka's promise kept
+    or broken, live == audit, the scenario's expectations met. Each writes DIR/NAME/report.md.
+    Exits 1 when a verdict fails. Ctrl-C stops the faults and heals the cluster before exiting."""
+    from monitor.chaos import report as reports
+    from monitor.chaos.runner import Runner
+
+    chosen = scenarios.select(list(names or []), list(scenario or []))
+    if not chosen:
+        raise scenarios.ScenarioError("name at least one scenario (see `vigil chaos list`)")
+    cfg = load_config(config)
+    cluster = LocalCluster(cfg.cluster, progress)
+    cluster.up()
+    runner = Runner(cfg, cluster, progress, metrics_port)
+    results = []
+    for s in chosen:
+        result = runner.run(s, report)
+        path = reports.write(result)
+        row = reports.table_row(result)
+        progress(f"{s.name}: {'PASSED' if row['passed'] else 'FAILED'} — acked {row['acked']}, lost {row['lost']}, "
+                 f"promise {row['promise']}; report {path}")
+        results.append(result)
+    if as_json:
+        print_json([r.to_json() for r in results])
+    if not all(r.verdict and r.verdict.passed for r in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+def heal(config: Optional[Path] = ConfigOption) -> None:
+    """Resume paused nodes, lift file-size limits, heal cut links, start stopped nodes (also after a
+    chaos run killed with -9)."""
+    done = heal_cluster(LocalCluster(load_config(config).cluster, progress))
+    console.print("\n".join(done) if done else "the cluster was healthy: nothing to undo")

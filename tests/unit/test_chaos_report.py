@@ -1,0 +1,32 @@
+"""The chaos report: the field reports' row and report.md from a finished run."""
+
+import json
+from pathlib import Path
+
+from monitor.chaos import report
+from monitor.chaos.runner import RunResult
+from monitor.chaos.scenario import builtin
+from monitor.chaos.verdict import judge, live_counts
+from monitor.config import parse
+
+
+def test_a_run_becomes_a_row_and_a_report(tmp_path: Path):
+    s4 = builtin()["S4"]
+    cfg = parse({"state_dir": str(tmp_path / "state")}, "t")
+    summary = {"writers": [{"outcomes": {"acked": 1000}}], "checker": {"violations": {
+        "lost_write/read_committed/at_risk": 30, "lost_write/read_uncommitted/at_risk": 31}}}
+    audit = {("lost_write", "read_committed", "at_risk"): 30, ("lost_write", "read_uncommitted", "at_risk"): 31}
+    r = RunResult(s4, tmp_path, cfg, 0.0, steps=[{"at_s": 0.0, "fault": "isolate", "target": "leader", "nodes": [2]},
+                                                 {"at_s": 30.0, "fault": "undo isolate 2"}],
+                  summary=summary, verdict=judge(s4, live_counts(summary), audit))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "evidence.jsonl").write_text(
+        "\n".join(json.dumps({"invariant": "lost_write", "seq": i}) for i in range(5)) + "\n")
+    row = report.table_row(r)
+    assert row == {"scenario": "S4", "acks": "1", "transactions": False, "min_isr": 1, "unclean": False,
+                   "fault": "isolate", "acked": 1000, "lost": 31, "lost_pct": 3.1, "duplicates": 0,
+                   "promise": "kept", "passed": True}
+    text = report.write(r).read_text()
+    assert "**Verdict: PASSED**" in text and "| 30.0 | undo isolate 2 |  |  |" in text
+    assert text.count('"invariant": "lost_write"') == report.EVIDENCE_LINES
+    assert json.loads((tmp_path / "result.json").read_text())["row"] == row

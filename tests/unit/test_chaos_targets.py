@@ -1,0 +1,36 @@
+"""Resolving a step's target to node ids."""
+
+import pytest
+
+from monitor.chaos.scenario import ScenarioError
+from monitor.chaos.targets import Resolver, coordinator_partition, java_string_hash
+from monitor.clients import PartitionView
+
+
+def test_java_string_hash_matches_java():
+    # values of "".hashCode(), "a".hashCode(), "hello".hashCode() and one that overflows negative
+    assert [java_string_hash(s) for s in ("", "a", "hello", "polygenelubricants")] == \
+        [0, 97, 99162322, -2147483648]
+    assert coordinator_partition("polygenelubricants", 50) == 0  # Integer.MIN_VALUE maps to 0
+    assert coordinator_partition("hello", 50) == 99162322 % 50
+
+
+def _resolver(**kw):
+    views = {("c", 0): PartitionView(2, (2, 3, 1), (2, 3)), ("__transaction_state", 22): PartitionView(3, (3, 1, 2), (3,))}
+    return Resolver(lambda t, p: views[(t, p)], lambda t: 50, lambda: 1, (1, 2, 3), "c", **kw)
+
+
+def test_targets_resolve_to_nodes_now_and_bound_names_keep_theirs():
+    r = _resolver(transactional_id="hello")  # 99162322 % 50 == 22
+    assert r.resolve("leader", {}) == (2,) and r.resolve("leader:0", {}) == (2,)
+    assert r.resolve("followers", {}) == (3, 1)
+    assert r.resolve("coordinator", {}) == (3,)
+    assert r.resolve("controller", {}) == (1,) and r.resolve("node:3", {}) == (3,) and r.resolve("all", {}) == (1, 2, 3)
+    assert r.resolve("victim", {"victim": (2,)}) == (2,)
+
+
+def test_a_target_that_cannot_be_resolved_says_why():
+    with pytest.raises(ScenarioError, match="the cluster has nodes 1, 2, 3"):
+        _resolver().resolve("node:7", {})
+    with pytest.raises(ScenarioError, match="no transactional writer"):
+        _resolver().resolve("coordinator", {})

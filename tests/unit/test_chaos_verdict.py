@@ -1,0 +1,41 @@
+"""A chaos run's verdict from live totals and the audit."""
+
+from monitor.chaos.scenario import parse
+from monitor.chaos.verdict import audit_counts, judge, live_counts
+
+SCENARIO = {"name": "s", "title": "t", "writers": [{"name": "w", "acks": "1", "idempotence": False}],
+            "timeline": [{"at_s": 0, "fault": "kill", "target": "leader"}]}
+
+
+def _s(**expect):
+    return parse({**SCENARIO, "expect": expect}, "s.yaml")
+
+
+def test_losses_the_configuration_allowed_keep_the_promise_and_must_match_the_audit():
+    live = live_counts({"checker": {"violations": {"lost_write/read_committed/at_risk": 7,
+                                                   "lost_write/read_uncommitted/at_risk": 7,
+                                                   "stalled_poll/read_committed/guaranteed": 2}}})
+    audit = audit_counts({"by_durability": {"read_committed": {"lost_write": {"at_risk": 7, "guaranteed": 0}},
+                                            "read_uncommitted": {"lost_write": {"at_risk": 7}}}})
+    v = judge(_s(promise_kept=True, nonzero=["lost_write", "stalled_poll"]), live, audit)
+    assert v.promise_kept and v.live_equals_audit and v.expectations_met and v.passed
+
+
+def test_a_guaranteed_loss_breaks_the_promise_and_a_count_apart_from_the_audit_fails_the_run():
+    live = {("lost_write", "read_uncommitted", "guaranteed"): 3}
+    v = judge(_s(promise_kept=True, zero=["duplicate"]), live, {("lost_write", "read_uncommitted", "guaranteed"): 2})
+    assert not v.promise_kept and not v.passed
+    assert v.unmet == ["Kafka's promise broken, expected kept"]
+    assert v.disagreements == [{"invariant": "lost_write", "isolation": "read_uncommitted", "durability": "guaranteed",
+                                "live": 3, "audit": 2}]
+
+
+def test_rewritten_offsets_only_live_saw_are_a_note_not_a_disagreement():
+    v = judge(_s(), {("inconsistent_offset", "read_committed", "at_risk"): 4}, {})
+    assert v.live_equals_audit and v.notes and "rewritten" in v.notes[0]
+    assert not judge(_s(), {}, {("inconsistent_offset", "read_committed", "at_risk"): 4}).live_equals_audit
+
+
+def test_expected_counts_that_did_not_happen_are_unmet():
+    v = judge(_s(nonzero=["stalled_poll"], zero=["lost_write"]), {("lost_write", "read_committed", "at_risk"): 1}, {})
+    assert v.unmet == ["lost_write counted 1, expected none", "stalled_poll never counted"]
