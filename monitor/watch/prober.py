@@ -47,6 +47,8 @@ from invariants.model import RC, RU, Violation
 from monitor import clients
 from monitor.config import Config
 
+LEDGER_LOOKBACK_S = 600.0  # how far back the prober starts reading the ledger (see _ledger_start)
+
 
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID}
 
@@ -140,7 +142,7 @@ class Prober(threading.Thread):
                 consumer.assign(tps)
             ledger_md = self.ledger.list_topics(self.cfg.ledger.topic, timeout=3).topics.get(self.cfg.ledger.topic)
             if ledger_md is not None and ledger_md.partitions and not self.ledger_at_end:
-                self.ledger.assign([TopicPartition(self.cfg.ledger.topic, p, OFFSET_END) for p in ledger_md.partitions])
+                self.ledger.assign(self._ledger_start(list(ledger_md.partitions)))
                 self.ledger_at_end = {p: False for p in ledger_md.partitions}
             if info.topic_id != self.assigned_topic_id:  # a new topic: its ends start afresh
                 with self.lock:
@@ -148,6 +150,19 @@ class Prober(threading.Thread):
                 self.judge.forget_positions()
                 self.eof.clear()
             self.assigned_topic_id = info.topic_id
+
+    def _ledger_start(self, partitions: list[int]) -> list[TopicPartition]:
+        """Where the prober starts reading the ledger: ``LEDGER_LOOKBACK_S`` back (the end where
+        nothing is that recent). A writer stuck initialising its producer writes its ``init`` entry
+        and then nothing at all, so a prober that started at the end after it would never know."""
+        since_ms = int((time.time() - LEDGER_LOOKBACK_S) * 1000)
+        want = [TopicPartition(self.cfg.ledger.topic, p, since_ms) for p in partitions]
+        try:
+            found = {tp.partition: tp.offset for tp in self.ledger.offsets_for_times(want, timeout=3)}
+        except KafkaException:
+            found = {}
+        return [TopicPartition(self.cfg.ledger.topic, p, found.get(p, -1) if found.get(p, -1) >= 0 else OFFSET_END)
+                for p in partitions]
 
     # -- one round -------------------------------------------------------------------------
 

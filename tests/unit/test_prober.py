@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from invariants.catalog import Invariant
 from invariants.ledger_format import (
@@ -256,3 +257,27 @@ def test_a_deleted_topic_is_no_stall_of_its_partitions():
     prober.judge.forget_positions()
     assert [v for now in range(6, 40, 3) for v in prober._judge(now)] == []
     assert prober.view.open_stalls[(Invariant.STALLED_POLL, RU)] == 0
+
+
+def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_written_before_it_is_seen():
+    from confluent_kafka import OFFSET_END, KafkaException
+
+    from monitor.watch.prober import LEDGER_LOOKBACK_S
+
+    class Ledger:
+        def __init__(self, fail=False):
+            self.fail, self.asked = fail, []
+
+        def offsets_for_times(self, tps, timeout):
+            if self.fail:
+                raise KafkaException("no broker answered")
+            self.asked = [(tp.partition, tp.offset) for tp in tps]
+            return [type(tp)(tp.topic, tp.partition, {0: 120, 1: -1}[tp.partition]) for tp in tps]
+
+    prober = Prober(parse({}), lambda _v: None, threading.Event())
+    prober.ledger = Ledger()
+    start = prober._ledger_start([0, 1])
+    assert [(tp.partition, tp.offset) for tp in start] == [(0, 120), (1, OFFSET_END)]  # partition 1: nothing that recent
+    assert all(abs(ms / 1000 - (time.time() - LEDGER_LOOKBACK_S)) < 5 for _p, ms in prober.ledger.asked)
+    prober.ledger = Ledger(fail=True)
+    assert [tp.offset for tp in prober._ledger_start([0])] == [OFFSET_END]
