@@ -39,8 +39,9 @@ writer's ``message.timeout.ms`` plus a margin (within that time the client may s
 outcome). Durations run on the brokers' clock (:class:`BrokerClock`: the ledger topic's append
 times), so a writer's clock cannot fake or hide a stall, and neither can the monitor's own lag:
 while the prober has not read the ledger to its end, "now" is the newest append time it read.
-Cannot be inferred when the ledger itself is unreachable (the intent never lands): then the
-producer metrics' last-ack timestamp is the signal. Implies nothing by itself; with
+The prober reads the ledger from ten minutes back, so a writer that began initialising before
+the monitor started is seen. Cannot be inferred when the ledger itself is unreachable (the intent
+never lands): then the producer metrics' last-ack timestamp is the signal. Implies nothing by itself; with
 ``acks=all`` and fewer in-sync replicas than ``min.insync.replicas`` it is the expected
 outcome (S7 of the chaos matrix).
 """

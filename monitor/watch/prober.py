@@ -6,7 +6,8 @@ A Spark query plans all partitions together and a hung fetch blocks the whole ba
 prober runs in the monitor process with one confluent-kafka consumer per isolation level,
 assigned to every canary partition from the end, and every ``probe_interval_s``:
 
-1. reads the ledger (from the end) into its own :class:`~invariants.accounting.LedgerFold`:
+1. reads the ledger (from ten minutes back, so that a writer stuck initialising its producer
+   since before the prober started is seen) into its own :class:`~invariants.accounting.LedgerFold`:
    pending intents tell it a writer waits for an outcome (a writer's checkpoint entries tell
    it what was in flight before it started reading), the entries' append times give it the
    brokers' clock (:class:`~invariants.liveness.BrokerClock`) and each writer's clock skew;
