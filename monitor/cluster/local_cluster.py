@@ -30,11 +30,12 @@ from typing import Callable, Iterable
 
 import psutil
 
-from invariants.errors import VigilError
 from monitor import client_config
 from monitor.cluster import jars
 from monitor.cluster.java import HOSTS_FILE_VERSION, find_java
-from monitor.cluster.layout import LINK_KINDS, ClusterLayout, NodeLayout, render_properties
+from monitor.cluster.errors import ClusterError  # noqa: F401 - raised here, imported from here by callers
+from monitor.cluster.layout import ClusterLayout, NodeLayout, render_properties
+from monitor.cluster.links import LinkControl
 from monitor.cluster.netproxy import send_command
 from monitor.cluster.processes import accepts, port_in_use, port_owner, terminate, wait_gone
 from monitor.cluster.status import ClusterStatus, NodeStatus
@@ -53,10 +54,6 @@ logger.state.level = WARN
 """
 
 
-class ClusterError(VigilError):
-    pass
-
-
 def _new_cluster_id() -> str:
     """A random cluster id in Kafka's form; never starting with "-" (Kafka's own tool avoids that
     too: an id like "-Ab..." reads as an option on a command line)."""
@@ -66,7 +63,7 @@ def _new_cluster_id() -> str:
             return cid
 
 
-class LocalCluster:
+class LocalCluster(LinkControl):
     def __init__(self, config: ClusterConfig, progress: Callable[[str], None] = lambda _m: None) -> None:
         self.config = config
         self.progress = progress
@@ -260,43 +257,6 @@ class LocalCluster:
         else:
             self.stop_node(node_id)
         return self.start_node(node_id)
-
-    # -- network ---------------------------------------------------------------------------
-
-    def _proxy(self, msg: dict) -> dict:
-        if not self.layout.proxied:
-            raise ClusterError("links cannot be cut in direct network mode (needs Java 18+)")
-        if self.proxy_pid() is None:
-            raise ClusterError("the link proxy is not running")
-        return send_command(self.config.proxy_control_port, msg)
-
-    def isolate(self, node_id: int, kinds: Iterable[str] = LINK_KINDS) -> dict:
-        """Cut every link of ``kinds`` to and from ``node_id``; clients still reach it."""
-        self.layout.node(node_id)
-        reply: dict = {}
-        for kind in kinds:
-            if kind not in LINK_KINDS:
-                raise ClusterError(f"unknown link kind {kind!r} (have {', '.join(LINK_KINDS)})")
-            self._proxy({"op": "block", "src": node_id, "kind": kind})
-            reply = self._proxy({"op": "block", "dst": node_id, "kind": kind})
-        return reply
-
-    def reconnect(self, node_id: int, kinds: Iterable[str] = LINK_KINDS) -> dict:
-        """Undo :meth:`isolate` for ``kinds`` (other cuts stay)."""
-        reply: dict = {}
-        for kind in kinds:
-            self._proxy({"op": "unblock", "src": node_id, "kind": kind})
-            reply = self._proxy({"op": "unblock", "dst": node_id, "kind": kind})
-        return reply
-
-    def block_link(self, src: int, dst: int, kind: str) -> dict:
-        return self._proxy({"op": "block", "src": src, "dst": dst, "kind": kind})
-
-    def unblock_link(self, src: int, dst: int, kind: str) -> dict:
-        return self._proxy({"op": "unblock", "src": src, "dst": dst, "kind": kind})
-
-    def heal(self) -> dict:
-        return self._proxy({"op": "heal"})
 
     # -- whole cluster ---------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import json
 import resource
 
 from monitor.chaos.heal import limit_file_size
+from tests.integration.watch_helpers import HISTORY
 from tests.integration.helpers import vigil
 
 
@@ -57,7 +58,9 @@ def test_s4_acks1_with_the_leader_cut_off_keeps_the_promise_whatever_it_loses_an
     (result,) = json.loads(out.stdout.strip().splitlines()[-1])
     verdict = result["verdict"]
     assert verdict["passed"] and verdict["promise_kept"] and verdict["live_equals_audit"], verdict
-    live = result["live"]["violations"]
+    # history invariants: only losses the configuration allowed; liveness (a cut-off leader may stall
+    # its readers, as S5's row says) is a signal, not a promise
+    live = {k: n for k, n in result["live"]["violations"].items() if k.split("/")[0] in HISTORY}
     assert set(live) <= {"lost_write/read_committed/at_risk", "lost_write/read_uncommitted/at_risk"}, live
     assert [s["fault"] for s in result["steps"]] == ["isolate", f"undo isolate {result['steps'][0]['nodes'][0]}"]
     row = json.loads((tmp_path / "S4" / "result.json").read_text())["row"]
