@@ -14,11 +14,11 @@ import socket
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from invariants.errors import VigilError
 from invariants.model import Settings
+from monitor.model_input import format_errors, read_yaml, validated
 
 ClientValue = Union[str, int, float, bool]
 
@@ -335,25 +335,8 @@ class Config(_Model):
         return Path(self.watch.evidence.path or Path(self.state_dir) / "evidence.jsonl")
 
 
-def format_errors(exc: ValidationError, heading: str) -> str:
-    """One line per problem: the key's dotted path and the reason (shared with chaos scenarios)."""
-    lines = [heading]
-    for err in exc.errors():
-        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        lines.append(f"  {path}: {msg}")
-    return "\n".join(lines)
-
-
 def parse(data: Any, source: str = "<config>") -> Config:
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping")
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(format_errors(exc, f"invalid configuration in {source}:")) from None
+    return validated(Config, {} if data is None else data, "configuration", source, ConfigError)
 
 
 def load(path: str | os.PathLike[str] | None) -> Config:
@@ -363,14 +346,7 @@ def load(path: str | os.PathLike[str] | None) -> Config:
     if path is None:
         return Config()
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    data = read_yaml(p, "config file", ConfigError)
     return parse(expand_env(data), str(p))
 
 

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from invariants.catalog import Invariant
 from invariants.errors import VigilError
-from monitor.config import TopicConfig, WriterConfig, format_errors
+from monitor.config import TopicConfig, WriterConfig
+from monitor.model_input import read_yaml, validated
 
 FAULTS: dict[str, str] = {
     "kill": "SIGKILL the target node(s): no controlled shutdown",
@@ -131,24 +132,12 @@ class Scenario(_Model):
 
 
 def parse(data: Any, source: str) -> Scenario:
-    if not isinstance(data, dict):
-        raise ScenarioError(f"invalid scenario in {source}: the top level must be a mapping")
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(format_errors(exc, f"invalid scenario in {source}:")) from None
+    return validated(Scenario, data, "scenario", source, ScenarioError)
 
 
 def load_file(path: str | Path) -> Scenario:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario {p}: {exc.strerror}") from None
-    try:
-        return parse(yaml.safe_load(text), str(p))
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"scenario {p} is not valid YAML: {exc}") from None
+    return parse(read_yaml(p, "scenario", ScenarioError), str(p))
 
 
 def builtin() -> dict[str, Scenario]:
