@@ -57,6 +57,23 @@ def consumer(config: Config, isolation: str, group: str, ledger: bool = False,
     return Consumer(client_config.consumer(config, isolation, group, ledger, profile))
 
 
+MOVING_LEADERSHIP = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                     KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+
+
+def watermarks(client: Consumer, topic: str, partition: int, within_s: float = 60.0) -> tuple[int, int]:
+    """A partition's (low, high) watermarks, asked again for up to within_s while its leadership
+    moves (a broker restarting, a preferred-leader election): the answer is only late, not wrong."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() not in MOVING_LEADERSHIP or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     name: str

@@ -129,9 +129,7 @@ class _Drill:
     def watermarks(self, partition: int) -> tuple[int, int]:
         consumer = clients.consumer(self.config, "read_uncommitted", group="vigil-drill")
         try:
-            from confluent_kafka import TopicPartition
-
-            return consumer.get_watermark_offsets(TopicPartition(self.topic.name, partition), timeout=10)
+            return clients.watermarks(consumer, self.topic.name, partition)
         finally:
             consumer.close()
 

@@ -112,7 +112,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
         c = clients.consumer(cfg, iso.value, group="vigil-audit", profile="bulk")
         try:
             _read_to_end(c, cfg.canary.name, info.partitions, timeout_s, on_canary, progress)
-            low = {p: c.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[0]
+            low = {p: clients.watermarks(c, cfg.canary.name, p)[0]
                    for p in range(info.partitions)}
         finally:
             c.close()

@@ -14,6 +14,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from monitor.audit.book import LedgerBook
+from monitor.clients import watermarks
 from monitor.config import Config, parse
 
 VIGIL = [sys.executable, "-m", "monitor"]
@@ -72,8 +73,7 @@ def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 60.0) 
         parts = sorted(md.topics[topic].partitions)
         ends = {}
         for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = high
+            ends[p] = watermarks(consumer, topic, p)[1]
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         done = {p for p in parts if ends[p] == 0}
         out: list[ReadRecord] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 
-from monitor.clients import admin, describe_topic
+from monitor.clients import admin, describe_topic, watermarks
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
     HISTORY, Background, audit_counts, final_counts, metrics_up, nonzero, sample, violations, wait_for,
@@ -76,12 +76,10 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
 
 
 def high_watermark(cfg, p: int) -> int:
-    from confluent_kafka import TopicPartition
-
     from monitor import clients
 
     c = clients.consumer(cfg, "read_uncommitted", group="vigil-test-watermarks")
     try:
-        return c.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[1]
+        return watermarks(c, cfg.canary.name, p)[1]
     finally:
         c.close()
