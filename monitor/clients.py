@@ -133,6 +133,13 @@ def log_starts(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> t
     return tuple(found[p] for p in range(info.partitions))
 
 
+def log_ends(client: AdminClient, topic: str, partitions: int, timeout: float = 10.0) -> dict[int, int]:
+    """Every partition's high watermark (raises when a partition does not answer)."""
+    specs = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    futures = client.list_offsets(specs, request_timeout=timeout)
+    return {tp.partition: f.result(timeout=timeout).offset for tp, f in futures.items()}
+
+
 def topic_settings(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> TopicSettings | None:
     """The topic's durability settings as they are in force (DescribeConfigs gives the effective
     values, broker defaults included); None when they cannot be read."""

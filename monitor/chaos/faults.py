@@ -62,7 +62,8 @@ def apply(step: Step, cluster: LocalCluster, resolver: Resolver, bound: dict[str
             limit_file_size(pid, int(step.args.get("max_bytes", 1)))
         undo = lambda: [_lift(pid) for pid in pids]  # noqa: E731
     elif f == "wait_isr_shrunk":
-        _wait_isr_shrunk(resolver, float(step.args.get("timeout_s", 90)))
+        parts = resolver.led_by(nodes) if nodes else [0]
+        _wait_isr_shrunk(resolver, parts, float(step.args.get("timeout_s", 90)))
     return nodes, (undo if step.duration_s is not None else None)
 
 
@@ -77,13 +78,14 @@ def _lift(pid: int) -> None:
         pass
 
 
-def _wait_isr_shrunk(resolver: Resolver, timeout_s: float) -> None:
+def _wait_isr_shrunk(resolver: Resolver, partitions: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        view = resolver.partition(resolver.canary, 0)
-        if view.isr == (view.leader,):
+        views = {p: resolver.partition(resolver.canary, p) for p in partitions}
+        wide = {p: list(v.isr) for p, v in views.items() if v.isr != (v.leader,)}
+        if not wide:
             return
         if time.monotonic() > deadline:
-            raise ScenarioError(f"the ISR of {resolver.canary} partition 0 is still {list(view.isr)} after "
+            raise ScenarioError(f"the ISR of {resolver.canary} is still {wide} (partition: ISR) after "
                                 f"{timeout_s:.0f} s (replica.lag.time.max.ms decides when followers drop out)")
         time.sleep(1)

@@ -25,7 +25,7 @@ def table_row(r: RunResult) -> dict[str, Any]:
     v = r.verdict
     return {"scenario": s.name, "acks": "/".join(sorted({w.acks for w in s.writers})),
             "transactions": any(w.transactional for w in s.writers), "min_isr": s.topic.min_insync_replicas,
-            "unclean": s.topic.unclean_leader_election, "fault": ", ".join(dict.fromkeys(st.fault for st in s.timeline)),
+            "unclean": s.topic.unclean_leader_election, "elr": r.elr or "?", "fault": ", ".join(dict.fromkeys(st.fault for st in s.timeline)),
             "acked": acked, "lost": lost, "lost_pct": round(100.0 * lost / acked, 3) if acked else 0.0,
             "duplicates": worst("duplicate"), "promise": "kept" if v and v.promise_kept else "broken",
             "passed": bool(v and v.passed)}

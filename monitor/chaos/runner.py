@@ -5,6 +5,7 @@ and the report. Whatever happens — an error, Ctrl-C — the cluster is healed 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,8 @@ from monitor.chaos.heal import heal_cluster
 from monitor.chaos.scenario import Scenario, ScenarioError
 from monitor.chaos.targets import Resolver
 from monitor.clients import PartitionView
-from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts
+from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, vanished_beyond_audit
+from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.config import Config, parse
 
@@ -43,10 +45,11 @@ class RunResult:
     audit: dict[str, Any] = field(default_factory=dict)  # `vigil audit --json`
     verdict: Verdict | None = None
     phases: dict[str, float] = field(default_factory=dict)  # phase -> start, s after the run began
+    elr: str = ""  # Eligible Leader Replicas as the cluster had it: on | off
 
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario.name, "title": self.scenario.title, "run_dir": str(self.run_dir),
-                "canary_topic": self.config.canary.name, "phases": self.phases, "steps": self.steps,
+                "canary_topic": self.config.canary.name, "elr": self.elr, "phases": self.phases, "steps": self.steps,
                 "writers": self.summary.get("writers", []), "live": self.summary.get("checker", {}),
                 "audit": {k: self.audit.get(k) for k in ("by_durability", "lost_writes_by_cause", "undecided",
                                                          "records_checked", "expired_unread")},
@@ -80,10 +83,26 @@ def resolver(cfg: Config, cluster: LocalCluster) -> Resolver:
         desc = clients.describe_partitions(admin, topic)
         return desc[p]
 
+    def ledger_leaders() -> frozenset[int]:  # the run's ledger is fresh: its entries are where the log grew
+        desc = clients.describe_partitions(admin, cfg.ledger.topic)
+        ends = clients.log_ends(admin, cfg.ledger.topic, len(desc))
+        return frozenset(desc[p].leader for p, end in ends.items() if end > 0)
+
     txn = next((w for w in cfg.writers if w.transactional), None)
     return Resolver(partition, lambda t: len(clients.describe_partitions(admin, t)), cluster.active_controller,
                     tuple(n.node_id for n in cluster.layout.nodes), cfg.canary.name,
-                    f"vigil-{writer_instance_id(cfg, txn)}" if txn else "")
+                    f"vigil-{writer_instance_id(cfg, txn)}" if txn else "", ledger_leaders)
+
+
+def eligible_leader_replicas(cluster: LocalCluster) -> str:
+    """"on" or "off", as the running cluster has the feature finalized (asked of a running node)."""
+    for node in cluster.layout.nodes:
+        try:
+            levels = features.finalized_features(cluster.config.host, node.client_port)
+        except OSError:
+            continue
+        return "on" if levels.get(features.ELR_FEATURE, 0) >= 1 else "off"
+    raise ScenarioError("no node of the local cluster answered ApiVersions: is it up? (`vigil cluster up`)")
 
 
 class Runner:
@@ -94,12 +113,20 @@ class Runner:
     def run(self, scenario: Scenario, out_dir: Path) -> RunResult:
         stamp = time.strftime("%Y%m%d%H%M%S")
         run_dir = out_dir / scenario.name
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if run_dir.exists():  # an earlier run's checkpoint and checker state would be resumed
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
         cfg = run_config(self.base, scenario, run_dir, stamp, self.metrics_port)
         result = RunResult(scenario, run_dir, cfg, time.time())
         healed = heal_cluster(self.cluster)
         if healed:
             self.say(f"{scenario.name}: healed what an earlier run left: {'; '.join(healed)}")
+        result.elr = eligible_leader_replicas(self.cluster)
+        if scenario.elr != "any" and scenario.elr != result.elr:
+            raise ScenarioError(
+                f"{scenario.name} needs Eligible Leader Replicas {scenario.elr}, and this cluster has it {result.elr} "
+                f"(KIP-966 changes which replica an election may pick); format a cluster with "
+                f"cluster.eligible_leader_replicas: {str(scenario.elr == 'on').lower()}")
         # its own session: a Ctrl-C at the terminal reaches only this runner, which heals the
         # cluster and then stops the run the way it stops cleanly (SIGTERM)
         proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
@@ -129,7 +156,11 @@ class Runner:
         if audit.returncode != 0:
             raise ScenarioError(f"{scenario.name}: `vigil audit` failed: {audit.stderr.strip()[-2000:]}")
         result.audit = json.loads(audit.stdout.strip().splitlines()[-1])
-        result.verdict = judge(scenario, live_counts(result.summary), audit_counts(result.audit))
+        evidence = cfg.evidence_path()
+        beyond = vanished_beyond_audit(
+            (json.loads(line) for line in evidence.read_text().splitlines()) if evidence.exists() else (),
+            result.audit.get("frontiers", {}), cfg.watch.settle_offsets)
+        result.verdict = judge(scenario, live_counts(result.summary), audit_counts(result.audit), beyond)
         return result
 
     def _phase(self, result: RunResult, name: str, seconds: float) -> None:

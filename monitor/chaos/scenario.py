@@ -3,7 +3,9 @@
 Scenarios ship as YAML in ``monitor/chaos/scenarios/`` (S1–S10 of the chaos matrix and a few
 more); a user adds their own with ``--scenario FILE``. A scenario names no node: targets are
 resolved when a step runs (``leader``: the leader of canary partition 0 then; ``leader:P``;
-``followers``: the other replicas of partition 0; ``coordinator``: the transaction coordinator
+``leader_off_ledger``: the leader of the first canary partition whose leader leads none of the
+ledger partitions holding the run's entries, so that cutting it off stalls the canary, not the
+record of its outcomes; ``followers``: the other replicas of partition 0; ``coordinator``: the transaction coordinator
 of the first transactional writer; ``controller``: the active controller; ``node:N``; ``all``),
 and a step may bind what it resolved to a name (``as: victim``) for later steps (``target:
 victim``) — the node killed is the node started again, wherever leadership went meanwhile.
@@ -44,11 +46,12 @@ FAULTS: dict[str, str] = {
     "heal": "heal every cut link",
     "rolling_restart": "restart every node in turn, waiting for the cluster to be ready between",
     "full_disk": "make the target's log appends fail as on a full disk (prlimit --fsize)",
-    "wait_isr_shrunk": "wait until the ISR of canary partition 0 is its leader alone (args: timeout_s)",
+    "wait_isr_shrunk": "wait until the ISR of canary partition 0 — or with a target, of every canary partition "
+                       "the target leads — is its leader alone (args: timeout_s)",
 }
 UNDOABLE = {"pause", "isolate", "isolate_controller", "isolate_replication", "cut_link", "full_disk"}
 NEEDS_TARGET = set(FAULTS) - {"heal", "rolling_restart", "cut_link", "wait_isr_shrunk"}
-BUILTIN_TARGETS = re.compile(r"^(leader(:\d+)?|followers|coordinator|controller|node:\d+|all)$")
+BUILTIN_TARGETS = re.compile(r"^(leader(:\d+)?|leader_off_ledger|followers|coordinator|controller|node:\d+|all)$")
 NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
 
@@ -63,7 +66,7 @@ class _Model(BaseModel):
 class Step(_Model):
     at_s: float = Field(..., ge=0, description="seconds after the fault phase began")
     fault: Literal[tuple(FAULTS)] = Field(..., description="what to do (see FAULTS)")  # type: ignore[valid-type]
-    target: str = Field("", description="leader[:P], followers, coordinator, controller, node:N, all, or a bound name")
+    target: str = Field("", description="leader[:P], leader_off_ledger, followers, coordinator, controller, node:N, all, or a bound name")
     bind: str = Field("", alias="as", pattern=r"^$|" + NAME, description="name the resolved node(s) for later steps")
     duration_s: float | None = Field(None, gt=0, description="undo after this long (pause, isolate*, cut_link, full_disk)")
     args: dict[str, Any] = Field(default_factory=dict, description="fault-specific arguments")

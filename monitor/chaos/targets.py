@@ -31,7 +31,8 @@ def coordinator_partition(transactional_id: str, partitions: int) -> int:
 class Resolver:
     """``partition(topic, p)`` and ``partitions(topic)`` describe the cluster now; ``controller()``
     names the active controller; ``nodes`` are every node id; ``transactional_id`` is the first
-    transactional writer's."""
+    transactional writer's; ``ledger_leaders()`` names the leaders of the ledger partitions that
+    hold the run's entries."""
 
     partition: Callable[[str, int], PartitionView]
     partitions: Callable[[str], int]
@@ -39,6 +40,7 @@ class Resolver:
     nodes: tuple[int, ...]
     canary: str
     transactional_id: str = ""
+    ledger_leaders: Callable[[], frozenset[int]] = frozenset
 
     def resolve(self, target: str, bound: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
         if target in bound:
@@ -53,6 +55,14 @@ class Resolver:
         if target == "leader" or target.startswith("leader:"):
             p = int(target.split(":", 1)[1]) if ":" in target else 0
             return (self._leader(self.canary, p, target),)
+        if target == "leader_off_ledger":
+            avoid = self.ledger_leaders()
+            for p in range(self.partitions(self.canary)):
+                leader = self.partition(self.canary, p).leader
+                if leader >= 0 and leader not in avoid:
+                    return (leader,)
+            raise ScenarioError(f"target {target}: every canary partition's leader also leads a ledger partition "
+                                f"of this run (nodes {sorted(avoid)})")
         if target == "followers":
             view = self.partition(self.canary, 0)
             return tuple(r for r in view.replicas if r != view.leader)
@@ -67,6 +77,10 @@ class Resolver:
                 raise ScenarioError("target controller: no active controller now")
             return (node,)
         raise ScenarioError(f"unknown target {target!r}")
+
+    def led_by(self, nodes: tuple[int, ...]) -> list[int]:
+        """The canary partitions whose leader is one of ``nodes`` now."""
+        return [p for p in range(self.partitions(self.canary)) if self.partition(self.canary, p).leader in nodes]
 
     def _leader(self, topic: str, p: int, target: str) -> int:
         leader = self.partition(topic, p).leader

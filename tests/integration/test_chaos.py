@@ -1,13 +1,18 @@
-"""`vigil chaos` on the session cluster: `heal` undoes every fault a run can leave behind; S3 runs."""
+"""`vigil chaos` on the session cluster: `heal` undoes every fault a run can leave behind; S3, S4 and S6 run."""
 
 from __future__ import annotations
 
 import json
 import resource
+import threading
+import time
+
+from confluent_kafka import Consumer, TopicPartition
 
 from monitor.chaos.heal import limit_file_size
 from tests.integration.watch_helpers import HISTORY
-from tests.integration.helpers import vigil
+from monitor import clients
+from tests.integration.helpers import read_all, vigil
 
 
 def test_chaos_heal_undoes_every_fault_a_run_can_leave_behind(cluster_ready):
@@ -66,3 +71,83 @@ def test_s4_acks1_with_the_leader_cut_off_keeps_the_promise_whatever_it_loses_an
     row = json.loads((tmp_path / "S4" / "result.json").read_text())["row"]
     assert row["lost"] == max(live.values(), default=0) and row["promise"] == "kept" and row["acks"] == "1"
     assert "| undo isolate" in (tmp_path / "S4" / "report.md").read_text()
+
+
+class Recorder(threading.Thread):
+    """The test's own truth: a consumer of its own (read_uncommitted) that logs the first record it
+    read at each offset of the run's canary topic, over the whole run, independent of Vigil."""
+
+    def __init__(self, bootstrap: str, prefix: str, before: set[str]) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.prefix, self.before = bootstrap, prefix, before
+        self.first: dict[tuple[int, int], bytes] = {}
+        self.topic = ""
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "it-recorder", "enable.auto.commit": False,
+                      "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest", "log_level": 2})
+        try:
+            while not self.topic and not self.stop.is_set():
+                new = [t for t in c.list_topics(timeout=10).topics if t.startswith(self.prefix)
+                       and not t.endswith("-ledger") and t not in self.before]
+                self.topic = new[0] if new else ""
+                time.sleep(0.2)
+            parts = c.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+            c.assign([TopicPartition(self.topic, p, 0) for p in parts])
+            while not self.stop.is_set():
+                for msg in c.consume(1000, 0.5):
+                    if not msg.error():
+                        self.first.setdefault((msg.partition(), msg.offset()), msg.value())
+        finally:
+            c.close()
+
+
+def _evidence_offsets(path, invariant: str, iso: str, cause: str | None = None) -> set[tuple[int, int]]:
+    out = set()
+    for line in path.read_text().splitlines():
+        e = json.loads(line)
+        if e["invariant"] == invariant and e["isolation"] == iso and (cause is None or e["cause"] == cause):
+            out.add((e["partition"], e["offsets"][0]))
+    return out
+
+
+def test_s6_unclean_election_every_rewritten_offset_read_is_inconsistent_as_an_independent_recorder_saw(
+        cluster_ready, tmp_path):
+    """S6 through `vigil chaos run` (ELR off, unclean election on): the victim's followers cut until
+    its ISR is itself, the victim alone takes acks=1 writes that readers read, then it is killed and
+    a stale replica elected. Held against a recorder of the test's own: every offset live calls
+    inconsistent was read holding one record and holds another in the final log, and every such
+    offset below the highest one live flagged was flagged; the writes lost are those rewritten
+    offsets' writes, all at_risk; lost writes == audit, apart from writes live saw vanish where the
+    final log does not reach past their settle window, which the audit leaves undecided (about 3 min)."""
+    cfg = cluster_ready["config"]
+    admin_topics = set(clients.admin(cfg).list_topics(timeout=10).topics)
+    recorder = Recorder(cluster_ready["bootstrap"], "vigil-chaos-s6-", admin_topics)
+    recorder.start()
+    try:
+        out = vigil(cluster_ready["config_path"], "chaos", "run", "S6", "--report", str(tmp_path), "--json",
+                    "--metrics-port", "29482", timeout=900)
+    finally:
+        recorder.stop.set()
+        recorder.join(30)
+    (result,) = json.loads(out.stdout.strip().splitlines()[-1])
+    verdict = result["verdict"]
+    assert result["elr"] == "off" and recorder.topic == result["canary_topic"]
+    assert verdict["passed"] and verdict["promise_kept"] and verdict["live_equals_audit"], verdict
+    live = {k: n for k, n in result["live"]["violations"].items() if k.split("/")[0] in HISTORY}
+    assert live and all(k.endswith("/at_risk") for k in live), live
+    final = {(r.partition, r.offset): r.value for r in read_all(cluster_ready["bootstrap"], recorder.topic,
+                                                                 "read_uncommitted")}
+    rewritten = {k for k, v in recorder.first.items() if k in final and final[k] != v}
+    assert rewritten, "the recorder saw no offset rewritten: no unclean truncation happened"
+    evidence = tmp_path / "S6" / "state" / "evidence.jsonl"
+    for iso in ("read_committed", "read_uncommitted"):
+        flagged = _evidence_offsets(evidence, "inconsistent_offset", iso)
+        assert flagged and flagged <= rewritten, (iso, sorted(flagged - rewritten)[:10])
+        for p in {p for p, _o in flagged}:
+            top = max(o for q, o in flagged if q == p)
+            missed = {(q, o) for q, o in rewritten if q == p and o <= top} - flagged
+            assert not missed, (iso, sorted(missed)[:10])
+        vanished = _evidence_offsets(evidence, "lost_write", iso, cause="vanished")
+        assert vanished and vanished <= flagged, (iso, sorted(vanished - flagged)[:10])

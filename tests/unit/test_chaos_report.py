@@ -24,7 +24,7 @@ def test_a_run_becomes_a_row_and_a_report(tmp_path: Path):
         "\n".join(json.dumps({"invariant": "lost_write", "seq": i}) for i in range(5)) + "\n")
     row = report.table_row(r)
     assert row == {"scenario": "S4", "acks": "1", "transactions": False, "min_isr": 1, "unclean": False,
-                   "fault": "isolate", "acked": 1000, "lost": 31, "lost_pct": 3.1, "duplicates": 0,
+                   "elr": "?", "fault": "isolate", "acked": 1000, "lost": 31, "lost_pct": 3.1, "duplicates": 0,
                    "promise": "kept", "passed": True}
     text = report.write(r).read_text()
     assert "**Verdict: PASSED**" in text and "| 30.0 | undo isolate 2 |  |  |" in text

@@ -34,3 +34,15 @@ def test_a_target_that_cannot_be_resolved_says_why():
         _resolver().resolve("node:7", {})
     with pytest.raises(ScenarioError, match="no transactional writer"):
         _resolver().resolve("coordinator", {})
+
+
+def test_leader_off_ledger_skips_canary_partitions_whose_leader_leads_the_runs_ledger():
+    views = {("c", 0): PartitionView(2, (2, 3, 1), (2, 3, 1)), ("c", 1): PartitionView(3, (3, 1, 2), (3, 1, 2)),
+             ("c", 2): PartitionView(1, (1, 2, 3), (1, 2, 3))}
+    r = Resolver(lambda t, p: views[(t, p)], lambda t: 3, lambda: 1, (1, 2, 3), "c",
+                 ledger_leaders=lambda: frozenset({2}))
+    assert r.resolve("leader_off_ledger", {}) == (3,)
+    assert r.led_by((3,)) == [1] and r.led_by((1, 2)) == [0, 2]
+    r.ledger_leaders = lambda: frozenset({1, 2, 3})
+    with pytest.raises(ScenarioError, match="also leads a ledger partition"):
+        r.resolve("leader_off_ledger", {})

@@ -1,7 +1,7 @@
 """A chaos run's verdict from live totals and the audit."""
 
 from monitor.chaos.scenario import parse
-from monitor.chaos.verdict import audit_counts, judge, live_counts
+from monitor.chaos.verdict import audit_counts, judge, live_counts, vanished_beyond_audit
 
 SCENARIO = {"name": "s", "title": "t", "writers": [{"name": "w", "acks": "1", "idempotence": False}],
             "timeline": [{"at_s": 0, "fault": "kill", "target": "leader"}]}
@@ -39,3 +39,22 @@ def test_rewritten_offsets_only_live_saw_are_a_note_not_a_disagreement():
 def test_expected_counts_that_did_not_happen_are_unmet():
     v = judge(_s(nonzero=["stalled_poll"], zero=["lost_write"]), {("lost_write", "read_committed", "at_risk"): 1}, {})
     assert v.unmet == ["lost_write counted 1, expected none", "stalled_poll never counted"]
+
+
+def _vanished(off, iso="read_committed", cause="vanished", partition=1):
+    return {"invariant": "lost_write", "isolation": iso, "durability": "at_risk", "cause": cause, "topic_id": "T",
+            "partition": partition, "offsets": [off]}
+
+
+def test_writes_seen_vanish_where_the_final_log_does_not_reach_their_window_explain_live_above_audit_exactly():
+    # the final log of partition 1 ends at 100 (settle window 16): offsets 85.. are undecided there
+    evidence = [_vanished(84), _vanished(85), _vanished(99), _vanished(120), _vanished(90, cause=""),
+                _vanished(90, partition=2), _vanished(99, iso="read_uncommitted")]
+    frontiers = {"read_committed": {"T/1": 100, "T/2": 200}, "read_uncommitted": {"T/1": 110}}
+    beyond = vanished_beyond_audit(evidence, frontiers, 16)
+    assert beyond == {("lost_write", "read_committed", "at_risk"): 3, ("lost_write", "read_uncommitted", "at_risk"): 1}
+    key = ("lost_write", "read_committed", "at_risk")
+    v = judge(_s(), {key: 10}, {key: 7}, beyond)
+    assert v.live_equals_audit and "3 acked writes read at their offset and later gone" in v.notes[0]
+    assert not judge(_s(), {key: 11}, {key: 7}, beyond).live_equals_audit  # one more than explained
+    assert not judge(_s(), {key: 10}, {key: 7}).live_equals_audit
