@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from monitor.chaos import charts, sampler
 from monitor.chaos.runner import RunResult
 
 EVIDENCE_LINES = 3
@@ -51,6 +52,9 @@ def _evidence(r: RunResult) -> dict[str, list[str]]:
 
 def write(r: RunResult) -> Path:
     (r.run_dir / "result.json").write_text(json.dumps({**r.to_json(), "row": table_row(r)}, indent=2))
+    samples = sampler.load(r.run_dir / "timeline.jsonl")
+    chart = charts.render(samples, r.steps, r.phases, f"{r.scenario.name}: {r.scenario.title}",
+                          r.run_dir / "timeline.png") if samples else None
     v = r.verdict
     out = [f"# {r.scenario.name}: {r.scenario.title}", ""]
     if r.scenario.field_report:
@@ -62,8 +66,10 @@ def write(r: RunResult) -> Path:
                 f"expectations {'met' if v.expectations_met else 'not met'}.", ""]
         out += [f"- unmet: {u}" for u in v.unmet] + [f"- note: {n}" for n in v.notes]
         out += [f"- disagreement: {d}" for d in v.disagreements] + [""]
-    out += ["## Timeline", "", f"Phases (s after the run began): {r.phases}", "",
-            _md_table(r.steps) if r.steps else "(no steps)", ""]
+    out += ["## Timeline", "", f"Phases (s after the run began): {r.phases}", ""]
+    if chart is not None:
+        out += [f"![{r.scenario.name} timeline]({chart.name})", ""]
+    out += [_md_table(r.steps) if r.steps else "(no steps)", ""]
     live = r.summary.get("checker", {}).get("violations", {})
     by_class = r.audit.get("by_durability", {})
     rows = [{"invariant/isolation/class": k, "live": n,

@@ -22,6 +22,7 @@ from monitor import client_config, clients
 from monitor.canary.runner import writer_instance_id
 from monitor.chaos import faults
 from monitor.chaos.heal import heal_cluster
+from monitor.chaos.sampler import Sampler
 from monitor.chaos.scenario import Scenario, ScenarioError
 from monitor.chaos.targets import Resolver
 from monitor.clients import PartitionView
@@ -51,7 +52,8 @@ class RunResult:
         return {"scenario": self.scenario.name, "title": self.scenario.title, "run_dir": str(self.run_dir),
                 "canary_topic": self.config.canary.name, "elr": self.elr, "phases": self.phases, "steps": self.steps,
                 "writers": self.summary.get("writers", []), "live": self.summary.get("checker", {}),
-                "audit": {k: self.audit.get(k) for k in ("by_durability", "lost_writes_by_cause", "undecided",
+                "audit": {k: self.audit.get(k) for k in ("by_durability", "lost_writes_by_cause", "lost_writes_by_writer",
+                                                         "undecided",
                                                          "records_checked", "expired_unread")},
                 "verdict": self.verdict.to_json() if self.verdict else None}
 
@@ -109,6 +111,7 @@ class Runner:
     def __init__(self, base: Config, cluster: LocalCluster, say: Callable[[str], None],
                  metrics_port: int = 9470) -> None:
         self.base, self.cluster, self.say, self.metrics_port = base, cluster, say, metrics_port
+        self.sampler: Sampler | None = None
 
     def run(self, scenario: Scenario, out_dir: Path) -> RunResult:
         stamp = time.strftime("%Y%m%d%H%M%S")
@@ -132,6 +135,13 @@ class Runner:
         proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
                                 stdout=(run_dir / "run.out").open("w"), stderr=(run_dir / "run.err").open("w"),
                                 start_new_session=True)
+        admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
+        sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                          lambda: {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name).items()},
+                          run_dir / "timeline.jsonl")
+        sampler.started = result.started_at
+        sampler.start()
+        self.sampler = sampler
         try:
             self._phase(result, "warm-up", scenario.warmup_s)
             self._timeline(result, cfg)
@@ -147,6 +157,7 @@ class Runner:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            sampler.finish()
         if proc.returncode != 0:
             raise ScenarioError(f"{scenario.name}: `vigil run` exited with {proc.returncode}; see {run_dir / 'run.err'}")
         result.summary = json.loads((run_dir / "run.out").read_text().strip().splitlines()[-1])
@@ -167,8 +178,18 @@ class Runner:
         result.phases[name] = round(time.time() - result.started_at, 1)
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
-            self.say(f"{result.scenario.name}: {name}, {left:.0f} s left")
+            self.say(f"{result.scenario.name}: {name}, {left:.0f} s left{self._live()}")
             time.sleep(min(10.0, left))
+
+    def _live(self) -> str:
+        """The live counts so far, for the progress line."""
+        latest = self.sampler.latest if self.sampler else {}
+        if not latest:
+            return ""
+        w = latest.get("writes", {})
+        v = {k: int(n) for k, n in latest.get("violations", {}).items() if n}
+        return (f" — acked {int(w.get('acked', 0))}, failed {int(w.get('failed', 0))}, indeterminate "
+                f"{int(w.get('indeterminate', 0))}; violations {v or 'none'}")
 
     def _timeline(self, result: RunResult, cfg: Config) -> None:
         scenario = result.scenario

@@ -1,0 +1,144 @@
+"""The chart of a chaos run (``timeline.png``): per second, canary writes by outcome and the
+violations counted, ack and end-to-end latency, and who led each canary partition — with the
+fault windows shaded and every step marked. Rendered with matplotlib's Agg backend (no display)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+OUTCOME_COLOURS = {"acked": "tab:green", "failed": "tab:red", "indeterminate": "tab:orange",
+                   "unconfirmed": "tab:gray"}
+CLOSERS = ("undo ", "start", "resume", "heal")
+
+
+def per_second(samples: list[dict[str, Any]], section: str) -> tuple[list[float], dict[str, list[float]]]:
+    """Rates per second of the cumulative totals under ``samples[i][section]``."""
+    have = [s for s in samples if section in s]
+    keys = sorted({k for s in have for k in s[section]})
+    times, rates = [], {k: [] for k in keys}
+    for a, b in zip(have, have[1:]):
+        dt = b["t"] - a["t"]
+        if dt <= 0:
+            continue
+        times.append(b["t"])
+        for k in keys:
+            rates[k].append(max(0.0, (b[section].get(k, 0.0) - a[section].get(k, 0.0)) / dt))
+    return times, rates
+
+
+def latency(samples: list[dict[str, Any]], which: str, q: float = 0.99) -> tuple[list[float], list[float], list[float]]:
+    """Per interval: the mean and the ``q`` quantile (the upper bound of the bucket that reaches
+    it) of the observations made in that interval; intervals without any are left out."""
+    have = [s for s in samples if which in s]
+    times, means, quantiles = [], [], []
+    for a, b in zip(have, have[1:]):
+        n = b[which]["count"] - a[which]["count"]
+        if n <= 0:
+            continue
+        times.append(b["t"])
+        means.append((b[which]["sum"] - a[which]["sum"]) / n)
+        bounds = sorted(((math.inf if le == "+Inf" else float(le)), c - a[which]["buckets"].get(le, 0.0))
+                        for le, c in b[which]["buckets"].items())
+        quantiles.append(next((le for le, c in bounds if c >= q * n), math.inf))
+    return times, means, quantiles
+
+
+def fault_windows(steps: list[dict[str, Any]], offset: float) -> tuple[list[tuple[float, float, str]],
+                                                                         list[tuple[float, str]]]:
+    """Windows (start, end, label) from a fault to the step that ends it on the same nodes (an
+    undo, a start, a resume, a heal), and the moments of steps that open no window."""
+    windows, marks = [], []
+    for i, st in enumerate(steps):
+        name = st["fault"]
+        if name.startswith(CLOSERS):
+            continue
+        nodes = st.get("nodes") or []
+        end = None
+        for later in steps[i + 1:]:
+            f = later["fault"]
+            if f == "heal" or (f.startswith(CLOSERS) and (later.get("nodes") == nodes or f.endswith(
+                    " " + ",".join(map(str, nodes))))):
+                end = later["at_s"]
+                break
+        label = f"{name} {','.join(map(str, nodes))}".strip()
+        if end is None or name.startswith("wait"):
+            marks.append((offset + st["at_s"], label))
+        else:
+            windows.append((offset + st["at_s"], offset + end, label))
+    return windows, marks
+
+
+def render(samples: list[dict[str, Any]], steps: list[dict[str, Any]], phases: dict[str, float], title: str,
+           out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2, 1.5]})
+    windows, marks = fault_windows(steps, phases.get("faults", 0.0))
+    for ax in axes:
+        for start, end, _label in windows:
+            ax.axvspan(start, end, color="tab:red", alpha=0.12, lw=0)
+        for at, _label in marks:
+            ax.axvline(at, color="tab:red", lw=1, ls="--", alpha=0.7)
+        ax.grid(alpha=0.3)
+    top = axes[0]
+    for start, end, label in windows:
+        top.annotate(label, (start, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="bottom", color="tab:red")
+    for at, label in marks:
+        top.annotate(label, (at, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="bottom", color="tab:red",
+                     rotation=20)
+
+    t, writes = per_second(samples, "writes")
+    for outcome, ys in writes.items():
+        if any(ys):
+            top.plot(t, ys, label=outcome, color=OUTCOME_COLOURS.get(outcome), lw=1.2)
+    top.set_ylabel("canary writes / s")
+    top.legend(loc="upper right", fontsize=8)
+
+    t, violations = per_second(samples, "violations")
+    ax = axes[1]
+    drawn = False
+    for inv, ys in violations.items():
+        if any(ys):
+            ax.step(t, ys, where="post", label=inv, lw=1.2)
+            drawn = True
+    ax.set_ylabel("violations / s")
+    if drawn:
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no violation counted", transform=ax.transAxes, ha="center", va="center", color="gray")
+
+    ax = axes[2]
+    for which, colour, label in (("ack", "tab:blue", "ack"), ("e2e", "tab:purple", "produce→checked")):
+        lt, means, p99 = latency(samples, which)
+        if lt:
+            ax.plot(lt, means, color=colour, lw=1, label=f"{label} mean")
+            ax.plot(lt, [min(v, 120.0) for v in p99], color=colour, lw=1, ls=":", label=f"{label} p99 (bucket)")
+    ax.set_yscale("log")
+    ax.set_ylabel("latency (s)")
+    ax.legend(loc="upper right", fontsize=8, ncol=2)
+
+    ax = axes[3]
+    parts = sorted({int(p) for s in samples for p in s.get("leaders", {})})
+    for p in parts:
+        pts = [(s["t"], s["leaders"].get(str(p), -1)) for s in samples if "leaders" in s]
+        ax.step([x for x, _ in pts], [y + 0.08 * p if y >= 0 else math.nan for _, y in pts], where="post",
+                label=f"partition {p}", lw=1.5)
+    ax.set_ylabel("leader node")
+    ax.set_yticks(sorted({int(s["leaders"][k]) for s in samples if "leaders" in s for k in s["leaders"]
+                          if s["leaders"][k] >= 0}) or [0])
+    if parts:
+        ax.legend(loc="upper right", fontsize=8, ncol=len(parts))
+    ax.set_xlabel("seconds since the run began (shaded: faults in force; dashed: one-off steps)")
+    for name, at in phases.items():
+        axes[0].annotate(name, (at, 0.0), xycoords=("data", "axes fraction"), fontsize=7, color="gray",
+                         va="bottom")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
