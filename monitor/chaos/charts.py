@@ -13,8 +13,12 @@ OUTCOME_COLOURS = {"acked": "tab:green", "failed": "tab:red", "indeterminate": "
 CLOSERS = ("undo ", "start", "resume", "heal")
 
 
+GAP_S = 3.0  # samples further apart than this: the line is broken, not drawn across
+
+
 def per_second(samples: list[dict[str, Any]], section: str) -> tuple[list[float], dict[str, list[float]]]:
-    """Rates per second of the cumulative totals under ``samples[i][section]``."""
+    """Rates per second of the cumulative totals under ``samples[i][section]`` (after a gap in the
+    samples, the mean rate over it, with the line broken before)."""
     have = [s for s in samples if section in s]
     keys = sorted({k for s in have for k in s[section]})
     times, rates = [], {k: [] for k in keys}
@@ -22,6 +26,10 @@ def per_second(samples: list[dict[str, Any]], section: str) -> tuple[list[float]
         dt = b["t"] - a["t"]
         if dt <= 0:
             continue
+        if dt > GAP_S and times:
+            times.append(a["t"] + GAP_S / 2)
+            for k in keys:
+                rates[k].append(math.nan)
         times.append(b["t"])
         for k in keys:
             rates[k].append(max(0.0, (b[section].get(k, 0.0) - a[section].get(k, 0.0)) / dt))
@@ -43,6 +51,23 @@ def latency(samples: list[dict[str, Any]], which: str, q: float = 0.99) -> tuple
                         for le, c in b[which]["buckets"].items())
         quantiles.append(next((le for le, c in bounds if c >= q * n), math.inf))
     return times, means, quantiles
+
+
+def leader_series(samples: list[dict[str, Any]], partition: int, gap_s: float = GAP_S) -> tuple[list[float], list[float]]:
+    """Who led ``partition`` at each sample (0: no leader), broken (NaN) where no answer came for
+    more than ``gap_s``: a held line would claim a leader nobody reported."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for s in samples:
+        if str(partition) not in s.get("leaders", {}):
+            continue
+        if xs and s["t"] - xs[-1] > gap_s:
+            xs.append(xs[-1] + gap_s / 2)
+            ys.append(math.nan)
+        leader = s["leaders"][str(partition)]
+        xs.append(s["t"])
+        ys.append(float(leader) if leader >= 0 else 0.0)
+    return xs, ys
 
 
 def fault_windows(steps: list[dict[str, Any]], offset: float) -> tuple[list[tuple[float, float, str]],
@@ -125,15 +150,15 @@ def render(samples: list[dict[str, Any]], steps: list[dict[str, Any]], phases: d
     ax = axes[3]
     parts = sorted({int(p) for s in samples for p in s.get("leaders", {})})
     for p in parts:
-        pts = [(s["t"], s["leaders"].get(str(p), -1)) for s in samples if "leaders" in s]
-        ax.step([x for x, _ in pts], [y + 0.08 * p if y >= 0 else math.nan for _, y in pts], where="post",
-                label=f"partition {p}", lw=1.5)
+        xs, ys = leader_series(samples, p)
+        ax.plot(xs, [y + 0.08 * p if y == y else y for y in ys], marker=".", ms=3, lw=1.2, label=f"partition {p}")
     ax.set_ylabel("leader node")
-    ax.set_yticks(sorted({int(s["leaders"][k]) for s in samples if "leaders" in s for k in s["leaders"]
-                          if s["leaders"][k] >= 0}) or [0])
+    nodes = sorted({int(v) for s in samples for v in s.get("leaders", {}).values() if v >= 0})
+    ax.set_yticks([0, *nodes], ["none", *map(str, nodes)])
     if parts:
         ax.legend(loc="upper right", fontsize=8, ncol=len(parts))
-    ax.set_xlabel("seconds since the run began (shaded: faults in force; dashed: one-off steps)")
+    ax.set_xlabel("seconds since the run began (shaded: faults in force; dashed: one-off steps; "
+                  "gaps: no answer)")
     for name, at in phases.items():
         axes[0].annotate(name, (at, 0.0), xycoords=("data", "axes fraction"), fontsize=7, color="gray",
                          va="bottom")

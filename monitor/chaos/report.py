@@ -84,3 +84,21 @@ def write(r: RunResult) -> Path:
     path = r.run_dir / "report.md"
     path.write_text("\n".join(out))
     return path
+
+
+MATRIX_NOTE = ("Each row is one run of `vigil chaos run` on the local 3-node KRaft cluster; `lost` is the "
+               "reader that saw more of it, confirmed by `vigil audit`; `promise` is Kafka's promise as Vigil "
+               "classes every violation (at_risk losses keep it); `passed`: live == audit and the scenario's "
+               "expectations met. Each scenario's report.md and timeline.png are in its directory.")
+
+
+def write_matrix(rows: list[dict[str, Any]], out_dir: Path) -> Path:
+    """One summary table over every scenario run (a row with ``error`` for one that could not run)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "matrix.json").write_text(json.dumps(rows, indent=2))
+    ran = [r for r in rows if "error" not in r]
+    text = ["# Chaos matrix", "", MATRIX_NOTE, "", _md_table(ran) if ran else "(no scenario ran)", ""]
+    text += [f"- **{r['scenario']}** could not run: {r['error']}" for r in rows if "error" in r]
+    path = out_dir / "matrix.md"
+    path.write_text("\n".join(text) + "\n")
+    return path

@@ -137,7 +137,7 @@ class Runner:
                                 start_new_session=True)
         admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
         sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                          lambda: {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name).items()},
+                          lambda: {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name, 3.0).items()},
                           run_dir / "timeline.jsonl")
         sampler.started = result.started_at
         sampler.start()

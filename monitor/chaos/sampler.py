@@ -8,6 +8,7 @@ import json
 import threading
 import time
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,17 +55,21 @@ class Sampler(threading.Thread):
         self.metrics_url, self.leaders, self.out, self.period_s = metrics_url, leaders, out, period_s
         self.started = time.time()
         self.latest: dict[str, Any] = {}
-        self._stop = threading.Event()
+        self._done = threading.Event()
+        # the leaders are asked on a thread of their own: with a broker down an answer can take
+        # seconds, and the writes and violations must still be sampled every period
+        self._asker = ThreadPoolExecutor(1, thread_name_prefix="chaos-leaders")
+        self._asking: Future | None = None
 
     def run(self) -> None:
         with self.out.open("a") as f:
-            while not self._stop.is_set():
+            while not self._done.is_set():
                 sample = self.sample()
                 if sample:
                     self.latest = sample
                     f.write(json.dumps(sample) + "\n")
                     f.flush()
-                self._stop.wait(self.period_s)
+                self._done.wait(self.period_s)
 
     def sample(self) -> dict[str, Any]:
         out: dict[str, Any] = {"t": round(time.time() - self.started, 2)}
@@ -73,15 +78,28 @@ class Sampler(threading.Thread):
                 out.update(parse_metrics(resp.read().decode()))
         except (OSError, ValueError):
             pass
-        try:
-            out["leaders"] = {str(p): n for p, n in self.leaders().items()}
-        except Exception:  # noqa: BLE001 - no answer this second: the chart shows a gap
-            pass
+        leaders = self._leaders_now()
+        if leaders is not None:
+            out["leaders"] = {str(p): n for p, n in leaders.items()}
         return out if len(out) > 1 else {}
 
+    def _leaders_now(self) -> dict[int, int] | None:
+        """The leaders if an answer came within half a period, else None (the chart shows a gap)."""
+        if self._asking is None:
+            self._asking = self._asker.submit(self.leaders)
+        try:
+            got = self._asking.result(timeout=self.period_s / 2)
+        except TimeoutError:
+            return None  # still asking: the next sample waits for the same answer
+        except Exception:  # noqa: BLE001 - no answer: a gap
+            got = None
+        self._asking = None
+        return got
+
     def finish(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join(10)
+        self._asker.shutdown(wait=False, cancel_futures=True)
 
 
 def load(path: Path) -> list[dict[str, Any]]:

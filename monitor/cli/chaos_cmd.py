@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from invariants.errors import VigilError
 from monitor.chaos import scenario as scenarios
 from monitor.chaos.heal import heal_cluster
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
@@ -20,6 +21,8 @@ app = typer.Typer(
 )
 
 ScenarioFiles = typer.Option(None, "--scenario", help="A scenario YAML file of your own (repeatable).")
+ReportDir = typer.Option(Path("chaos-reports"), "--report", help="Directory for the reports.")
+MetricsPort = typer.Option(9470, help="Metrics port of each run's checker.")
 
 
 @app.command("list")
@@ -49,36 +52,71 @@ def list_(scenario: Optional[list[Path]] = ScenarioFiles,
 @app.command()
 def run(names: list[str] = typer.Argument(None, help="Scenario names (see `vigil chaos list`)."),
         scenario: Optional[list[Path]] = ScenarioFiles,
-        report: Path = typer.Option(Path("chaos-reports"), "--report", help="Directory for the reports."),
-        metrics_port: int = typer.Option(9470, help="Metrics port of each run's checker."),
+        report: Path = ReportDir,
+        metrics_port: int = MetricsPort,
         as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
         config: Optional[Path] = ConfigOption) -> None:
     """Run scenarios on the local cluster, one after another: fresh topics, writers and checker, a
     warm-up, the fault timeline, recovery, then `vigil audit` and the verdict — Kafka's promise kept
-    or broken, live == audit, the scenario's expectations met. Each writes DIR/NAME/report.md.
-    Exits 1 when a verdict fails. Ctrl-C stops the faults and heals the cluster before exiting."""
-    from monitor.chaos import report as reports
-    from monitor.chaos.runner import Runner
-
+    or broken, live == audit, the scenario's expectations met. Each writes DIR/NAME/report.md,
+    result.json, timeline.jsonl and timeline.png. Exits 1 when a verdict fails. Ctrl-C stops the
+    faults and heals the cluster before exiting."""
     chosen = scenarios.select(list(names or []), list(scenario or []))
     if not chosen:
         raise scenarios.ScenarioError("name at least one scenario (see `vigil chaos list`)")
-    cfg = load_config(config)
-    cluster = LocalCluster(cfg.cluster, progress)
-    cluster.up()
-    runner = Runner(cfg, cluster, progress, metrics_port)
-    results = []
-    for s in chosen:
-        result = runner.run(s, report)
-        path = reports.write(result)
-        row = reports.table_row(result)
-        progress(f"{s.name}: {'PASSED' if row['passed'] else 'FAILED'} — acked {row['acked']}, lost {row['lost']}, "
-                 f"promise {row['promise']}; report {path}")
-        results.append(result)
+    results = [_run_one(runner, s, report) for runner in [_runner(config, metrics_port)] for s in chosen]
     if as_json:
         print_json([r.to_json() for r in results])
     if not all(r.verdict and r.verdict.passed for r in results):
         raise typer.Exit(1)
+
+
+@app.command()
+def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
+           only: Optional[list[str]] = typer.Option(None, "--only", help="Run just these scenarios (repeatable)."),
+           report: Path = ReportDir,
+           metrics_port: int = MetricsPort,
+           config: Optional[Path] = ConfigOption) -> None:
+    """Every shipped scenario (and any --scenario file) in turn, then one summary table over all of
+    them: DIR/matrix.md and DIR/matrix.json. A scenario that cannot run (its ELR need, a failed
+    start) is a row with its error, and the matrix goes on. About 2-3 minutes per scenario.
+    Exits 1 when any verdict fails or any scenario could not run."""
+    from monitor.chaos import report as reports
+
+    chosen = scenarios.select(list(only or scenarios.builtin()), list(scenario or []))
+    runner = _runner(config, metrics_port)
+    rows = []
+    for i, s in enumerate(chosen, 1):
+        progress(f"matrix: scenario {i}/{len(chosen)}: {s.name}")
+        try:
+            rows.append(reports.table_row(_run_one(runner, s, report)))
+        except VigilError as exc:  # a bad scenario for this cluster, a run that failed to start
+            progress(f"{s.name}: could not run: {exc}")
+            rows.append({"scenario": s.name, "error": str(exc)})
+    path = reports.write_matrix(rows, report)
+    console.print(f"matrix: {sum(1 for r in rows if r.get('passed'))} of {len(rows)} passed; summary {path}")
+    if not all(r.get("passed") for r in rows):
+        raise typer.Exit(1)
+
+
+def _runner(config: Optional[Path], metrics_port: int):
+    from monitor.chaos.runner import Runner
+
+    cfg = load_config(config)
+    cluster = LocalCluster(cfg.cluster, progress)
+    cluster.up()
+    return Runner(cfg, cluster, progress, metrics_port)
+
+
+def _run_one(runner, s: scenarios.Scenario, report: Path):
+    from monitor.chaos import report as reports
+
+    result = runner.run(s, report)
+    path = reports.write(result)
+    row = reports.table_row(result)
+    progress(f"{s.name}: {'PASSED' if row['passed'] else 'FAILED'} — acked {row['acked']}, lost {row['lost']}, "
+             f"promise {row['promise']}; report {path}")
+    return result
 
 
 @app.command()

@@ -55,14 +55,26 @@ def terminate(pids: list[int], timeout: float) -> None:
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
+    """Whether the process ended within ``timeout``. A zombie has ended: a node started by another
+    process (the test session, an earlier `vigil cluster up`) stays one until that process reaps
+    it, and waiting for it to vanish would take the whole timeout."""
     try:
         proc = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return True
-    try:
-        proc.wait(timeout)
-        return True
-    except psutil.TimeoutExpired:
-        return False
-    except psutil.NoSuchProcess:
-        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            return True
+        except psutil.TimeoutExpired:
+            pass
+        except psutil.NoSuchProcess:
+            return True
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False

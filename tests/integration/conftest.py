@@ -7,6 +7,7 @@ import time
 import pytest
 
 from monitor.canary.runner import prepare_topics
+from monitor.chaos.heal import heal_cluster
 from monitor.cluster.local_cluster import LocalCluster
 from tests.integration.helpers import make_config
 
@@ -34,10 +35,10 @@ def topics(cluster_env):
 
 
 def healthy(cluster: LocalCluster) -> None:
-    """Make sure every node runs and no link is cut (tests that kill nodes call this after)."""
+    """Make sure every node runs, none is paused or file-size limited and no link is cut: the undo
+    of `vigil chaos heal`, before and after (a finalizer of) every test that takes the cluster."""
+    heal_cluster(cluster)
     cluster.up()
-    if cluster.layout.proxied:
-        cluster.heal()
 
 
 @pytest.fixture

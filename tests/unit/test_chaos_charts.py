@@ -40,6 +40,10 @@ def test_rates_and_latency_per_interval():
     assert t == [2.0] and abs(means[0] - (9 * 0.05 + 0.5) / 10) < 1e-9
     assert p99 == [1.0]  # the 10th of 10 observations lies in the bucket up to 1 s
     assert charts.latency([s0, s0], "ack") == ([], [], [])  # nothing observed: no point
+    s2 = {**s1, "t": 12.0, "writes": {"acked": 130.0, "failed": 4.0}}
+    t, writes = charts.per_second([s0, s1, s2], "writes")
+    assert t == [2.0, 3.5, 12.0] and writes["acked"][0] == 10.0 and writes["acked"][1] != writes["acked"][1]
+    assert writes["acked"][2] == 10.0  # the mean over the gap, the line broken before it
 
 
 def test_fault_windows_run_from_a_fault_to_what_ends_it_and_one_off_steps_are_marks():
@@ -56,6 +60,13 @@ def test_fault_windows_run_from_a_fault_to_what_ends_it_and_one_off_steps_are_ma
     assert charts.fault_windows(undo, 0.0) == ([(0.0, 30.0, "isolate 3")], [])
 
 
+def test_leaders_are_broken_where_nobody_answered_and_none_is_zero():
+    samples = [{"t": 1.0, "leaders": {"0": 2}}, {"t": 2.0, "leaders": {"0": -1}}, {"t": 3.0},
+               {"t": 9.0, "leaders": {"0": 3}}]
+    xs, ys = charts.leader_series(samples, 0)
+    assert xs == [1.0, 2.0, 3.5, 9.0] and ys[:2] == [2.0, 0.0] and ys[2] != ys[2] and ys[3] == 3.0
+
+
 def test_a_chart_is_rendered_to_png(tmp_path: Path):
     samples = [{"t": float(i), **parse_metrics(_scrape(10 + 100 * i, i // 10, i // 20, [0.01] * (i + 1))),
                 "leaders": {"0": 1 if i < 25 else 2, "1": 3}} for i in range(50)]
@@ -63,3 +74,54 @@ def test_a_chart_is_rendered_to_png(tmp_path: Path):
     out = charts.render(samples, steps, {"warm-up": 0.0, "faults": 20.0}, "S: t", tmp_path / "t.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_the_sampler_appends_a_sample_a_period_and_skips_what_does_not_answer(tmp_path: Path):
+    import http.server
+    import json
+    import threading
+    import time
+
+    from monitor.chaos.sampler import Sampler, load
+
+    body = _scrape(5, 0, 0, []).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    calls = []
+
+    def leaders():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("no broker answered")
+        if len(calls) == 2:
+            time.sleep(0.2)  # slower than half a period: samples go on without it meanwhile
+        return {0: 2}
+
+    s = Sampler(f"http://127.0.0.1:{server.server_address[1]}/metrics", leaders, tmp_path / "t.jsonl", 0.05)
+    s.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(load(tmp_path / "t.jsonl")) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        s.finish()
+        server.shutdown()
+    samples = load(tmp_path / "t.jsonl")
+    assert len(samples) >= 3 and not s.is_alive()
+    assert samples[0]["writes"] == {"acked": 5.0, "failed": 0.0} and "leaders" not in samples[0]
+    assert "leaders" not in samples[1] and samples[1]["writes"]  # the slow answer did not hold the sample up
+    assert any(x.get("leaders") == {"0": 2} for x in samples[2:]) and json.loads(json.dumps(s.latest)) == s.latest
+    def nothing():
+        raise RuntimeError("no broker answered")
+
+    assert Sampler("http://127.0.0.1:9/metrics", nothing, tmp_path / "dead.jsonl").sample() == {}

@@ -30,3 +30,13 @@ def test_a_run_becomes_a_row_and_a_report(tmp_path: Path):
     assert "**Verdict: PASSED**" in text and "| 30.0 | undo isolate 2 |  |  |" in text
     assert text.count('"invariant": "lost_write"') == report.EVIDENCE_LINES
     assert json.loads((tmp_path / "result.json").read_text())["row"] == row
+
+
+def test_the_matrix_is_one_table_over_every_run_and_names_those_that_could_not_run(tmp_path: Path):
+    rows = [{"scenario": "S1", "acks": "0", "lost": 0, "passed": True},
+            {"scenario": "S6", "error": "S6 needs Eligible Leader Replicas off, and this cluster has it on"},
+            {"scenario": "S3", "acks": "all", "lost": 0, "passed": True}]
+    text = report.write_matrix(rows, tmp_path / "m").read_text()
+    assert "| scenario | acks | lost | passed |" in text and "| S1 | 0 | 0 | True |" in text
+    assert "| S3 | all | 0 | True |" in text and "- **S6** could not run: S6 needs Eligible" in text
+    assert json.loads((tmp_path / "m" / "matrix.json").read_text()) == rows
