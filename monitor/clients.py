@@ -57,7 +57,10 @@ def consumer(config: Config, isolation: str, group: str, ledger: bool = False,
     return Consumer(client_config.consumer(config, isolation, group, ledger, profile))
 
 
+# a leader moving or just elected (OFFSET_NOT_AVAILABLE: its high watermark not established yet)
 MOVING_LEADERSHIP = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                     KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.UNKNOWN_LEADER_EPOCH,
+                     KafkaError.FENCED_LEADER_EPOCH, KafkaError.REPLICA_NOT_AVAILABLE,
                      KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
 
 

@@ -57,6 +57,7 @@ class AuditResult:
     unconfirmed_missing: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
     writers_joined_mid_stream: int = 0
     frontiers: dict[Isolation, dict[tuple[str, int], int]] = field(default_factory=dict)  # highest offset read + 1
+    undecided_writes: set[tuple[str, str, int, int, int, int]] = field(default_factory=set)  # iso, tid, p, wid, inc, seq
 
     def add(self, inv: Invariant, iso: Isolation, n: int = 1, promise: Promise = GUARANTEED, writer_name: str = "",
             **example: Any) -> None:
@@ -209,14 +210,17 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
                             cause="topic_vanished")
                 continue
             offsets_read = at[iso].get((tid, p), {})
+            undecided = (iso.value, tid, p, wid, inc, seq)
             if not offsets_read:
                 res.undecided += 1
+                res.undecided_writes.add(undecided)
                 continue
             start, frontier = bounds[iso][(tid, p)]
             found = where[iso][(tid, p)].get(ident, [])
             ex = dict(topic_id=tid, partition=p, writer=(wid, inc), seq=seq, acked_offset=o, read_at=found)
             if frontier <= o:
                 res.undecided += 1
+                res.undecided_writes.add(undecided)
             elif o < start:
                 res.expired["below_first_read"] += 1
             elif o == 0 and offsets_read.get(0) != ident and (found or wkey in backwards):
@@ -234,6 +238,7 @@ def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, set
                     res.add(Invariant.LOST_WRITE, iso, promise=st.cls.acked, writer_name=st.cls.writer, **ex)
             else:
                 res.undecided += 1
+                res.undecided_writes.add(undecided)
 
 
 def _unconfirmed(res: AuditResult, book: LedgerBook, where: dict, settle: int) -> None:

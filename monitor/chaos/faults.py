@@ -63,7 +63,11 @@ def apply(step: Step, cluster: LocalCluster, resolver: Resolver, bound: dict[str
         undo = lambda: [_lift(pid) for pid in pids]  # noqa: E731
     elif f == "wait_isr_shrunk":
         parts = resolver.led_by(nodes) if nodes else [0]
+        if not parts:
+            raise ScenarioError(f"wait_isr_shrunk: node(s) {','.join(map(str, nodes))} lead no canary partition now")
         _wait_isr_shrunk(resolver, parts, float(step.args.get("timeout_s", 90)))
+    elif f == "wait":
+        time.sleep(float(step.args["seconds"]))
     return nodes, (undo if step.duration_s is not None else None)
 
 
@@ -80,8 +84,13 @@ def _lift(pid: int) -> None:
 
 def _wait_isr_shrunk(resolver: Resolver, partitions: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
+    leaders = {p: resolver.partition(resolver.canary, p).leader for p in partitions}
     while True:
         views = {p: resolver.partition(resolver.canary, p) for p in partitions}
+        moved = {p: v.leader for p, v in views.items() if v.leader != leaders[p]}
+        if moved:  # e.g. a preferred-leader election: the ISR would never shrink to the one meant
+            raise ScenarioError(f"while waiting for the ISR of {resolver.canary} to shrink, leadership moved "
+                                f"(partition: new leader) {moved} from {leaders}")
         wide = {p: list(v.isr) for p, v in views.items() if v.isr != (v.leader,)}
         if not wide:
             return

@@ -9,27 +9,54 @@ from typing import Any
 
 from monitor.chaos import charts, sampler
 from monitor.chaos.runner import RunResult
+from monitor.chaos.scenario import Scenario
+from monitor.chaos.scenario import parse as parse_scenario
 
 EVIDENCE_LINES = 3
 
 
 def table_row(r: RunResult) -> dict[str, Any]:
     """One row of the field reports' table."""
-    s, live = r.scenario, r.summary.get("checker", {}).get("violations", {})
+    return row_of(r.to_json(), r.scenario)
+
+
+def row_of(result: dict[str, Any], s: Scenario) -> dict[str, Any]:
+    """The row from a run's ``result.json`` (so a matrix can be summarised again from its files)."""
+    live = (result.get("live") or {}).get("violations", {})
+    audit = result.get("audit") or {}
 
     def worst(inv: str) -> int:  # the reader that saw more of it
         return max(sum(n for k, n in live.items() if k.startswith(f"{inv}/{iso}/"))
                    for iso in ("read_committed", "read_uncommitted"))
 
-    acked = sum(w.get("outcomes", {}).get("acked", 0) for w in r.summary.get("writers", []))
+    outcomes = [w.get("outcomes", {}) for w in result.get("writers", [])]
+    acked = sum(o.get("acked", 0) for o in outcomes)
+    written = sum(n for o in outcomes for k, n in o.items() if k != "pending")
     lost = worst("lost_write")
-    v = r.verdict
+    v = result.get("verdict") or {}
     return {"scenario": s.name, "acks": "/".join(sorted({w.acks for w in s.writers})),
             "transactions": any(w.transactional for w in s.writers), "min_isr": s.topic.min_insync_replicas,
-            "unclean": s.topic.unclean_leader_election, "elr": r.elr or "?", "fault": ", ".join(dict.fromkeys(st.fault for st in s.timeline)),
-            "acked": acked, "lost": lost, "lost_pct": round(100.0 * lost / acked, 3) if acked else 0.0,
-            "duplicates": worst("duplicate"), "promise": "kept" if v and v.promise_kept else "broken",
-            "passed": bool(v and v.passed)}
+            "unclean": s.topic.unclean_leader_election, "elr": result.get("elr") or "?",
+            "fault": ", ".join(dict.fromkeys(st.fault for st in s.timeline)),
+            "written": written, "acked": acked, "lost": lost,
+            "lost_pct": round(100.0 * lost / acked, 3) if acked else 0.0, "duplicates": worst("duplicate"),
+            "acks0_missing": max((audit.get("unconfirmed_missing") or {}).values(), default=0),
+            "promise": "kept" if v.get("promise_kept") else "broken", "passed": bool(v.get("passed"))}
+
+
+def rows_from(out_dir: Path, known: dict[str, Scenario]) -> list[dict[str, Any]]:
+    """The rows of every run under ``out_dir`` (each ``NAME/result.json``), in scenario order."""
+    rows = []
+    for path in sorted(out_dir.glob("*/result.json")):
+        result = json.loads(path.read_text())
+        s = known.get(result["scenario"])
+        if s is None and "spec" in result:  # a scenario file of the user's, as it ran
+            s = parse_scenario(result["spec"], str(path))
+        if s is not None:
+            rows.append(row_of(result, s))
+    order = list(known)
+    return sorted(rows, key=lambda r: (order.index(r["scenario"]) if r["scenario"] in order else len(order),
+                                       r["scenario"]))
 
 
 def _md_table(rows: list[dict[str, Any]]) -> str:

@@ -50,10 +50,11 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario.name, "title": self.scenario.title, "run_dir": str(self.run_dir),
+                "spec": self.scenario.model_dump(mode="json", by_alias=True),
                 "canary_topic": self.config.canary.name, "elr": self.elr, "phases": self.phases, "steps": self.steps,
                 "writers": self.summary.get("writers", []), "live": self.summary.get("checker", {}),
                 "audit": {k: self.audit.get(k) for k in ("by_durability", "lost_writes_by_cause", "lost_writes_by_writer",
-                                                         "undecided",
+                                                         "unconfirmed_missing", "undecided",
                                                          "records_checked", "expired_unread")},
                 "verdict": self.verdict.to_json() if self.verdict else None}
 
@@ -101,7 +102,7 @@ def eligible_leader_replicas(cluster: LocalCluster) -> str:
     for node in cluster.layout.nodes:
         try:
             levels = features.finalized_features(cluster.config.host, node.client_port)
-        except OSError:
+        except (OSError, ValueError):  # not up, or no metadata loaded yet: ask the next one
             continue
         return "on" if levels.get(features.ELR_FEATURE, 0) >= 1 else "off"
     raise ScenarioError("no node of the local cluster answered ApiVersions: is it up? (`vigil cluster up`)")
@@ -132,17 +133,17 @@ class Runner:
                 f"cluster.eligible_leader_replicas: {str(scenario.elr == 'on').lower()}")
         # its own session: a Ctrl-C at the terminal reaches only this runner, which heals the
         # cluster and then stops the run the way it stops cleanly (SIGTERM)
-        proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
-                                stdout=(run_dir / "run.out").open("w"), stderr=(run_dir / "run.err").open("w"),
-                                start_new_session=True)
         admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
         sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics",
                           lambda: {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name, 3.0).items()},
                           run_dir / "timeline.jsonl")
         sampler.started = result.started_at
-        sampler.start()
         self.sampler = sampler
+        proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
+                                stdout=(run_dir / "run.out").open("w"), stderr=(run_dir / "run.err").open("w"),
+                                start_new_session=True)
         try:
+            sampler.start()
             self._phase(result, "warm-up", scenario.warmup_s)
             self._timeline(result, cfg)
             heal_cluster(self.cluster)
@@ -170,7 +171,7 @@ class Runner:
         evidence = cfg.evidence_path()
         beyond = vanished_beyond_audit(
             (json.loads(line) for line in evidence.read_text().splitlines()) if evidence.exists() else (),
-            result.audit.get("frontiers", {}), cfg.watch.settle_offsets)
+            result.audit.get("undecided_writes", []))
         result.verdict = judge(scenario, live_counts(result.summary), audit_counts(result.audit), beyond)
         return result
 
@@ -186,10 +187,9 @@ class Runner:
         latest = self.sampler.latest if self.sampler else {}
         if not latest:
             return ""
-        w = latest.get("writes", {})
+        writes = ", ".join(f"{outcome} {int(n)}" for outcome, n in sorted(latest.get("writes", {}).items()) if n)
         v = {k: int(n) for k, n in latest.get("violations", {}).items() if n}
-        return (f" — acked {int(w.get('acked', 0))}, failed {int(w.get('failed', 0))}, indeterminate "
-                f"{int(w.get('indeterminate', 0))}; violations {v or 'none'}")
+        return f" — writes: {writes or 'none yet'}; violations: {v or 'none'}"
 
     def _timeline(self, result: RunResult, cfg: Config) -> None:
         scenario = result.scenario

@@ -48,9 +48,10 @@ FAULTS: dict[str, str] = {
     "full_disk": "make the target's log appends fail as on a full disk (prlimit --fsize)",
     "wait_isr_shrunk": "wait until the ISR of canary partition 0 — or with a target, of every canary partition "
                        "the target leads — is its leader alone (args: timeout_s)",
+    "wait": "do nothing for a while (args: seconds): time a step from the end of the one before",
 }
 UNDOABLE = {"pause", "isolate", "isolate_controller", "isolate_replication", "cut_link", "full_disk"}
-NEEDS_TARGET = set(FAULTS) - {"heal", "rolling_restart", "cut_link", "wait_isr_shrunk"}
+NEEDS_TARGET = set(FAULTS) - {"heal", "rolling_restart", "cut_link", "wait_isr_shrunk", "wait"}
 BUILTIN_TARGETS = re.compile(r"^(leader(:\d+)?|leader_off_ledger|followers|coordinator|controller|node:\d+|all)$")
 NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
@@ -79,6 +80,8 @@ class Step(_Model):
             raise ValueError(f"{self.fault} cannot be undone after duration_s")
         if self.fault == "cut_link" and not {"src", "dst"} <= set(self.args):
             raise ValueError("cut_link needs args src and dst")
+        if self.fault == "wait" and not isinstance(self.args.get("seconds"), (int, float)):
+            raise ValueError("wait needs args seconds (a number)")
         return self
 
 

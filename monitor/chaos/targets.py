@@ -57,10 +57,11 @@ class Resolver:
             return (self._leader(self.canary, p, target),)
         if target == "leader_off_ledger":
             avoid = self.ledger_leaders()
-            for p in range(self.partitions(self.canary)):
-                leader = self.partition(self.canary, p).leader
-                if leader >= 0 and leader not in avoid:
-                    return (leader,)
+            views = [self.partition(self.canary, p) for p in range(self.partitions(self.canary))]
+            # a preferred leader first: a preferred-leader election will not move it away mid-scenario
+            for v in sorted(views, key=lambda v: v.replicas[:1] != (v.leader,)):
+                if v.leader >= 0 and v.leader not in avoid:
+                    return (v.leader,)
             raise ScenarioError(f"target {target}: every canary partition's leader also leads a ledger partition "
                                 f"of this run (nodes {sorted(avoid)})")
         if target == "followers":

@@ -32,18 +32,18 @@ def audit_counts(report: dict[str, Any]) -> dict[Key, int]:
             for inv, by_d in by_inv.items() if inv in HISTORY for d, n in by_d.items() if n}
 
 
-def vanished_beyond_audit(evidence: Iterable[dict[str, Any]], frontiers: dict[str, dict[str, int]],
-                          settle: int) -> dict[Key, int]:
+def vanished_beyond_audit(evidence: Iterable[dict[str, Any]], undecided: Iterable[list[Any]]) -> dict[Key, int]:
     """Live ``lost_write``s of records read at their acknowledged offset and later gone from it
-    (``cause="vanished"``) that the audit leaves undecided: the final log does not reach their
-    settle window (a truncated log that has not grown back that far). Live saw them read; the
-    final log cannot show that, as with ``inconsistent_offset``."""
+    (``cause="vanished"``) that the audit leaves undecided (``vigil audit --json``,
+    ``undecided_writes``): the final log does not reach past their settle window (a truncated log
+    that has not grown back that far). Live saw them read; the final log cannot show that, as with
+    ``inconsistent_offset``. Matched write by write, not by a rule of their own."""
+    open_writes = {tuple(u) for u in undecided}
     out: dict[Key, int] = {}
     for e in evidence:
         if e.get("invariant") != Invariant.LOST_WRITE.value or e.get("cause") != "vanished":
             continue
-        end = frontiers.get(e["isolation"], {}).get(f"{e['topic_id']}/{e['partition']}", 0)
-        if e["offsets"][0] + settle > end:
+        if (e["isolation"], e["topic_id"], e["partition"], e["writer_id"], e["incarnation"], e["seq"]) in open_writes:
             key = (Invariant.LOST_WRITE.value, e["isolation"], e["durability"])
             out[key] = out.get(key, 0) + 1
     return out
@@ -70,16 +70,17 @@ class Verdict:
 
 def judge(scenario: Scenario, live: dict[Key, int], audit: dict[Key, int],
           beyond_audit: dict[Key, int] | None = None) -> Verdict:
-    """``beyond_audit``: live verdicts the audit cannot reach (:func:`vanished_beyond_audit`);
-    live must exceed the audit by exactly these."""
+    """``beyond_audit``: live verdicts the audit leaves undecided (:func:`vanished_beyond_audit`);
+    live must exceed the audit by exactly these (equal counts then mean the audit counted losses
+    live did not)."""
     broken = {k: n for k, n in live.items() if n and k[2] == "guaranteed" and k[0] in HISTORY}
     disagreements, notes = [], []
     beyond_audit = beyond_audit or {}
-    for key in sorted({k for k in live if k[0] in HISTORY} | set(audit)):
+    for key in sorted({k for k in live if k[0] in HISTORY} | set(audit) | set(beyond_audit)):
         lv, av = live.get(key, 0), audit.get(key, 0)
-        if lv == av:
+        if lv == av and not beyond_audit.get(key):
             continue
-        if beyond_audit.get(key) and lv - beyond_audit[key] == av:
+        if beyond_audit.get(key) and lv == av + beyond_audit[key]:
             notes.append(f"{'/'.join(key)}: live {lv}, audit {av} — {beyond_audit[key]} acked writes read at their "
                          "offset and later gone from it, where the final log does not reach past their settle "
                          "window (the audit leaves them undecided)")

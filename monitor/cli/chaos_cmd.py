@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -76,6 +77,8 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
            only: Optional[list[str]] = typer.Option(None, "--only", help="Run just these scenarios (repeatable)."),
            report: Path = ReportDir,
            metrics_port: int = MetricsPort,
+           summarize: bool = typer.Option(False, "--summarize", help="Run nothing: write the summary again from "
+                                          "the runs already under --report (their result.json)."),
            config: Optional[Path] = ConfigOption) -> None:
     """Every shipped scenario (and any --scenario file) in turn, then one summary table over all of
     them: DIR/matrix.md and DIR/matrix.json. A scenario that cannot run (its ELR need, a failed
@@ -84,6 +87,13 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
     from monitor.chaos import report as reports
 
     chosen = scenarios.select(list(only or scenarios.builtin()), list(scenario or []))
+    if summarize:
+        rows = reports.rows_from(report, {s.name: s for s in chosen})
+        errors = json.loads((report / "matrix.json").read_text()) if (report / "matrix.json").exists() else []
+        rows += [r for r in errors if "error" in r]
+        path = reports.write_matrix(rows, report)
+        console.print(f"matrix: {len(rows)} rows summarised again; {path}")
+        return
     runner = _runner(config, metrics_port)
     rows = []
     for i, s in enumerate(chosen, 1):

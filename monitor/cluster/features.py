@@ -9,6 +9,7 @@ import socket
 import struct
 
 API_VERSIONS = 18
+FINALIZED_FEATURES_EPOCH_TAG = 1
 FINALIZED_FEATURES_TAG = 2
 ELR_FEATURE = "eligible.leader.replicas.version"
 
@@ -68,7 +69,8 @@ def request(correlation_id: int = 1) -> bytes:
 
 def parse_response(payload: bytes) -> dict[str, int]:
     """Finalized feature -> max version level, from an ApiVersions v3 response (after its size).
-    A feature at level 0 is not listed, as brokers send it."""
+    A feature at level 0 is not listed, as brokers send it. Raises ValueError when the answer is
+    an error or carries no valid finalized list."""
     r = _Reader(payload)
     r.take(">i")  # correlation id (response header v0, as ApiVersions always answers)
     error = r.take(">h")
@@ -79,16 +81,23 @@ def parse_response(payload: bytes) -> dict[str, int]:
         r.skip_tags()
     r.take(">i")  # throttle time
     features: dict[str, int] = {}
+    epoch = -1
     for _ in range(r.varint()):
         tag, size = r.varint(), r.varint()
         end = r.pos + size
-        if tag == FINALIZED_FEATURES_TAG:
+        if tag == FINALIZED_FEATURES_EPOCH_TAG:
+            epoch = r.take(">q")
+        elif tag == FINALIZED_FEATURES_TAG:
             for _ in range(r.varint() - 1):
                 name = r.compact_string()
                 features[name] = r.take(">h")
                 r.take(">h")  # min version level
                 r.skip_tags()
         r.pos = end
+    # the finalized list is valid only with an epoch; a broker that has not loaded the metadata
+    # yet (no metadata.version) would read as "every feature off"
+    if epoch < 0 or "metadata.version" not in features:
+        raise ValueError("the broker has no finalized features yet")
     return features
 
 

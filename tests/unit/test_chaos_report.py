@@ -24,12 +24,17 @@ def test_a_run_becomes_a_row_and_a_report(tmp_path: Path):
         "\n".join(json.dumps({"invariant": "lost_write", "seq": i}) for i in range(5)) + "\n")
     row = report.table_row(r)
     assert row == {"scenario": "S4", "acks": "1", "transactions": False, "min_isr": 1, "unclean": False,
-                   "elr": "?", "fault": "isolate", "acked": 1000, "lost": 31, "lost_pct": 3.1, "duplicates": 0,
-                   "promise": "kept", "passed": True}
+                   "elr": "?", "fault": "isolate", "written": 1000, "acked": 1000, "lost": 31, "lost_pct": 3.1,
+                   "duplicates": 0, "acks0_missing": 0, "promise": "kept", "passed": True}
     text = report.write(r).read_text()
     assert "**Verdict: PASSED**" in text and "| 30.0 | undo isolate 2 |  |  |" in text
     assert text.count('"invariant": "lost_write"') == report.EVIDENCE_LINES
     assert json.loads((tmp_path / "result.json").read_text())["row"] == row
+    # a matrix summarised again from the files: the same row, also for a scenario it does not know
+    runs = tmp_path / "runs"
+    (runs / "S4").mkdir(parents=True)
+    (tmp_path / "result.json").rename(runs / "S4" / "result.json")
+    assert report.rows_from(runs, {"S4": s4}) == [row] == report.rows_from(runs, {})
 
 
 def test_the_matrix_is_one_table_over_every_run_and_names_those_that_could_not_run(tmp_path: Path):
