@@ -113,7 +113,7 @@ class PartitionView:
 
 def describe_partitions(client: AdminClient, name: str, timeout: float = 10.0) -> dict[int, PartitionView]:
     """partition -> leader, replicas and ISR as the cluster describes them now."""
-    desc = client.describe_topics(TopicCollection([name]), request_timeout=timeout)[name].result()
+    desc = client.describe_topics(TopicCollection([name]), request_timeout=timeout)[name].result(timeout=timeout + 5)
     return {p.id: PartitionView(p.leader.id if p.leader is not None else -1, tuple(r.id for r in p.replicas),
                                 tuple(r.id for r in p.isr)) for p in desc.partitions}
 

@@ -10,7 +10,10 @@ from typing import Any
 
 OUTCOME_COLOURS = {"acked": "tab:green", "failed": "tab:red", "indeterminate": "tab:orange",
                    "unconfirmed": "tab:gray"}
-CLOSERS = ("undo ", "start", "resume", "heal")
+# what ends a fault's window: an undo of it, or the step that reverses it on the same nodes
+ENDED_BY = {"kill": ("start", "restart"), "stop": ("start", "restart"), "pause": ("resume",),
+            "isolate": ("heal",), "isolate_controller": ("heal",), "isolate_replication": ("heal",),
+            "cut_link": ("heal",), "full_disk": ("restart",)}
 
 
 GAP_S = 3.0  # samples further apart than this: the line is broken, not drawn across
@@ -72,23 +75,24 @@ def leader_series(samples: list[dict[str, Any]], partition: int, gap_s: float = 
 
 def fault_windows(steps: list[dict[str, Any]], offset: float) -> tuple[list[tuple[float, float, str]],
                                                                          list[tuple[float, str]]]:
-    """Windows (start, end, label) from a fault to the step that ends it on the same nodes (an
-    undo, a start, a resume, a heal), and the moments of steps that open no window."""
+    """Windows (start, end, label) from a fault to what ends it — its undo, or the step reversing it
+    on the same nodes (a start after a kill, a heal after a cut) — and the moments of the other
+    steps (waits, restarts, undos)."""
     windows, marks = [], []
     for i, st in enumerate(steps):
-        name = st["fault"]
-        if name.startswith(CLOSERS):
+        name, nodes = st["fault"], st.get("nodes") or []
+        label = f"{name} {','.join(map(str, nodes))}".strip()
+        if name not in ENDED_BY:
+            if not name.startswith("undo ") and name not in ("start", "resume", "heal"):
+                marks.append((offset + st["at_s"], label))
             continue
-        nodes = st.get("nodes") or []
         end = None
         for later in steps[i + 1:]:
             f = later["fault"]
-            if f == "heal" or (f.startswith(CLOSERS) and (later.get("nodes") == nodes or f.endswith(
-                    " " + ",".join(map(str, nodes))))):
+            if f == f"undo {label}" or (f in ENDED_BY[name] and (f == "heal" or later.get("nodes") == nodes)):
                 end = later["at_s"]
                 break
-        label = f"{name} {','.join(map(str, nodes))}".strip()
-        if end is None or name.startswith("wait"):
+        if end is None:
             marks.append((offset + st["at_s"], label))
         else:
             windows.append((offset + st["at_s"], offset + end, label))

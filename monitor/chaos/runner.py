@@ -133,10 +133,11 @@ class Runner:
                 f"cluster.eligible_leader_replicas: {str(scenario.elr == 'on').lower()}")
         # its own session: a Ctrl-C at the terminal reaches only this runner, which heals the
         # cluster and then stops the run the way it stops cleanly (SIGTERM)
-        admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
-        sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                          lambda: {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name, 3.0).items()},
-                          run_dir / "timeline.jsonl")
+        def leaders() -> dict[int, int]:  # a client per call: one stuck on a dead broker is left behind
+            admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
+            return {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name, 3.0).items()}
+
+        sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics", leaders, run_dir / "timeline.jsonl")
         sampler.started = result.started_at
         self.sampler = sampler
         proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 WRITES = "vigil_producer_writes"
 VIOLATIONS = "vigil_violations"
+ABANDON_S = 5.0  # a leaders call taking longer is given up
 HISTOGRAMS = {"ack": "vigil_producer_ack_latency_seconds", "e2e": "vigil_e2e_latency_seconds"}
 
 
@@ -47,7 +48,8 @@ def parse_metrics(text: str) -> dict[str, Any]:
 
 class Sampler(threading.Thread):
     """Samples until :meth:`finish`; a sample that fails (the checker still starting, a broker
-    away) is skipped, never fatal."""
+    away) is skipped, never fatal. ``leaders`` should make a client of its own per call: a call
+    that hangs is abandoned, not waited for."""
 
     def __init__(self, metrics_url: str, leaders: Callable[[], dict[int, int]], out: Path,
                  period_s: float = 1.0) -> None:
@@ -60,6 +62,7 @@ class Sampler(threading.Thread):
         # seconds, and the writes and violations must still be sampled every period
         self._asker = ThreadPoolExecutor(1, thread_name_prefix="chaos-leaders")
         self._asking: Future | None = None
+        self._asked_at = 0.0
 
     def run(self) -> None:
         with self.out.open("a") as f:
@@ -86,10 +89,16 @@ class Sampler(threading.Thread):
     def _leaders_now(self) -> dict[int, int] | None:
         """The leaders if an answer came within half a period, else None (the chart shows a gap)."""
         if self._asking is None:
-            self._asking = self._asker.submit(self.leaders)
+            self._asking, self._asked_at = self._asker.submit(self.leaders), time.monotonic()
         try:
             got = self._asking.result(timeout=self.period_s / 2)
         except TimeoutError:
+            if time.monotonic() - self._asked_at > ABANDON_S:
+                # a call that hangs (measured: an admin client stuck for 50 s after a broker was
+                # killed): left to finish on its own thread, and the next sample asks anew
+                self._asker.shutdown(wait=False)
+                self._asker = ThreadPoolExecutor(1, thread_name_prefix="chaos-leaders")
+                self._asking = None
             return None  # still asking: the next sample waits for the same answer
         except Exception:  # noqa: BLE001 - no answer: a gap
             got = None

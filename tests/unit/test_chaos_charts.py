@@ -54,7 +54,7 @@ def test_fault_windows_run_from_a_fault_to_what_ends_it_and_one_off_steps_are_ma
              {"at_s": 75.0, "fault": "start", "nodes": [2]},
              {"at_s": 80.0, "fault": "rolling_restart", "nodes": []}]
     windows, marks = charts.fault_windows(steps, 20.0)
-    assert windows == [(20.0, 80.5, "isolate_replication 2"), (80.0, 80.5, "kill 2")]
+    assert windows == [(20.0, 80.5, "isolate_replication 2"), (80.0, 95.0, "kill 2")]  # a heal ends cuts only
     assert marks == [(20.1, "wait_isr_shrunk 2"), (100.0, "rolling_restart")]
     undo = [{"at_s": 0.0, "fault": "isolate", "nodes": [3]}, {"at_s": 30.0, "fault": "undo isolate 3"}]
     assert charts.fault_windows(undo, 0.0) == ([(0.0, 30.0, "isolate 3")], [])
@@ -65,6 +65,26 @@ def test_leaders_are_broken_where_nobody_answered_and_none_is_zero():
                {"t": 9.0, "leaders": {"0": 3}}]
     xs, ys = charts.leader_series(samples, 0)
     assert xs == [1.0, 2.0, 3.5, 9.0] and ys[:2] == [2.0, 0.0] and ys[2] != ys[2] and ys[3] == 3.0
+
+
+def test_a_leaders_call_that_hangs_is_abandoned_and_asked_anew(tmp_path: Path, monkeypatch):
+    import threading
+
+    from monitor.chaos import sampler as sampling
+
+    monkeypatch.setattr(sampling, "ABANDON_S", 0.2)
+    release, calls = threading.Event(), []
+
+    def leaders():
+        calls.append(1)
+        if len(calls) == 1:
+            release.wait(5)  # hangs, as an admin client stuck on a dead broker did
+        return {0: 3}
+
+    s = sampling.Sampler("http://127.0.0.1:9/metrics", leaders, tmp_path / "t.jsonl", period_s=0.1)
+    got = [s._leaders_now() for _ in range(10)]
+    release.set()
+    assert got[0] is None and {0: 3} in got and len(calls) == 1 + got.count({0: 3})  # one hung, then one a sample
 
 
 def test_a_chart_is_rendered_to_png(tmp_path: Path):
