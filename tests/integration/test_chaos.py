@@ -136,7 +136,7 @@ def test_s6_unclean_election_every_rewritten_offset_read_is_inconsistent_as_an_i
     inconsistent was read holding one record and holds another in the final log, and every such
     offset below the highest one live flagged was flagged; the writes lost are those rewritten
     offsets' writes, all at_risk; lost writes == audit, apart from writes live saw vanish where the
-    final log does not reach past their settle window, which the audit leaves undecided (about 3 min)."""
+    final log does not reach past their settle window, which the audit leaves undecided (about 3.5 min)."""
     cfg = cluster_ready["config"]
     admin_topics = set(clients.admin(cfg).list_topics(timeout=10).topics)
     recorder = Recorder(cluster_ready["bootstrap"], "vigil-chaos-s6-", admin_topics)
@@ -150,6 +150,8 @@ def test_s6_unclean_election_every_rewritten_offset_read_is_inconsistent_as_an_i
     (result,) = json.loads(out.stdout.strip().splitlines()[-1])
     verdict = result["verdict"]
     assert result["elr"] == "off" and recorder.topic == result["canary_topic"]
+    report = (tmp_path / "S6" / "report.md").read_text()
+    assert "**Verdict: PASSED**" in report and "| S6 | 1 |" in report and (tmp_path / "S6" / "timeline.png").exists()
     assert verdict["passed"] and verdict["promise_kept"] and verdict["live_equals_audit"], verdict
     live = {k: n for k, n in result["live"]["violations"].items() if k.split("/")[0] in HISTORY}
     assert live and all(k.endswith("/at_risk") for k in live), live
