@@ -56,7 +56,6 @@ class AuditResult:
     undecided: int = 0
     unconfirmed_missing: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
     writers_joined_mid_stream: int = 0
-    frontiers: dict[Isolation, dict[tuple[str, int], int]] = field(default_factory=dict)  # highest offset read + 1
     undecided_writes: set[tuple[str, str, int, int, int, int]] = field(default_factory=set)  # iso, tid, p, wid, inc, seq
 
     def add(self, inv: Invariant, iso: Isolation, n: int = 1, promise: Promise = GUARANTEED, writer_name: str = "",
@@ -182,7 +181,6 @@ def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
 def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
                   log_start: dict[tuple[str, int], int], gone: dict[str, str]) -> None:
     bounds = {iso: {part: (min(offs), max(offs) + 1) for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
-    res.frontiers = {iso: {part: b[1] for part, b in bounds[iso].items()} for iso in (RC, RU)}
     backwards = _zero_acks_after_higher(book)
     for wkey, st in book.writes.items():
         if st.outcome is not WriteOutcome.ACKED:

@@ -44,11 +44,7 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
         "aborted_records_read": result.aborted_allowed,
         "unconfirmed_missing": {iso.value: n for iso, n in result.unconfirmed_missing.items()},
         "undecided": result.undecided,
-        # per isolation, "topic_id/partition" -> highest offset read + 1: a write acked within the
-        # settle window of it (or above) is undecided here
-        "frontiers": {iso.value: {f"{tid}/{p}": end for (tid, p), end in sorted(ends.items())}
-                      for iso, ends in result.frontiers.items()},
-        # which writes: [isolation, topic_id, partition, writer_id (hex, as in evidence), incarnation, seq]
+        # which undecided writes: [isolation, topic_id, partition, writer_id (hex, as in evidence), incarnation, seq]
         "undecided_writes": [[iso, tid, p, f"{wid:016x}", inc, seq]
                              for iso, tid, p, wid, inc, seq in sorted(result.undecided_writes)],
         "malformed": h.malformed,
