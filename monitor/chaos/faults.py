@@ -84,9 +84,11 @@ def _lift(pid: int) -> None:
 
 def _wait_isr_shrunk(resolver: Resolver, partitions: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    leaders = {p: resolver.partition(resolver.canary, p).leader for p in partitions}
+    described = resolver.describe(resolver.canary)
+    leaders = {p: described[p].leader for p in partitions}
     while True:
-        views = {p: resolver.partition(resolver.canary, p) for p in partitions}
+        described = resolver.describe(resolver.canary)
+        views = {p: described[p] for p in partitions}
         moved = {p: v.leader for p, v in views.items() if v.leader != leaders[p]}
         if moved:  # e.g. a preferred-leader election: the ISR would never shrink to the one meant
             raise ScenarioError(f"while waiting for the ISR of {resolver.canary} to shrink, leadership moved "

@@ -25,7 +25,6 @@ from monitor.chaos.heal import heal_cluster
 from monitor.chaos.sampler import Sampler
 from monitor.chaos.scenario import Scenario, ScenarioError
 from monitor.chaos.targets import Resolver
-from monitor.clients import PartitionView
 from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, vanished_beyond_audit
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
@@ -82,17 +81,13 @@ def resolver(cfg: Config, cluster: LocalCluster) -> Resolver:
     # quiet: brokers going away is the point here, and librdkafka would say so on stderr each time
     admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
 
-    def partition(topic: str, p: int) -> PartitionView:
-        desc = clients.describe_partitions(admin, topic)
-        return desc[p]
-
     def ledger_leaders() -> frozenset[int]:  # the run's ledger is fresh: its entries are where the log grew
         desc = clients.describe_partitions(admin, cfg.ledger.topic)
         ends = clients.log_ends(admin, cfg.ledger.topic, len(desc))
         return frozenset(desc[p].leader for p, end in ends.items() if end > 0)
 
     txn = next((w for w in cfg.writers if w.transactional), None)
-    return Resolver(partition, lambda t: len(clients.describe_partitions(admin, t)), cluster.active_controller,
+    return Resolver(lambda topic: clients.describe_partitions(admin, topic), cluster.active_controller,
                     tuple(n.node_id for n in cluster.layout.nodes), cfg.canary.name,
                     f"vigil-{writer_instance_id(cfg, txn)}" if txn else "", ledger_leaders)
 

@@ -29,13 +29,13 @@ def coordinator_partition(transactional_id: str, partitions: int) -> int:
 
 @dataclass
 class Resolver:
-    """``partition(topic, p)`` and ``partitions(topic)`` describe the cluster now; ``controller()``
-    names the active controller; ``nodes`` are every node id; ``transactional_id`` is the first
-    transactional writer's; ``ledger_leaders()`` names the leaders of the ledger partitions that
-    hold the run's entries."""
+    """``describe(topic)`` gives every partition of a topic as the cluster has it now (one call
+    per resolution: each answer describes the whole topic); ``controller()`` names the active
+    controller; ``nodes`` are every node id; ``transactional_id`` is the first transactional
+    writer's; ``ledger_leaders()`` names the leaders of the ledger partitions that hold the run's
+    entries."""
 
-    partition: Callable[[str, int], PartitionView]
-    partitions: Callable[[str], int]
+    describe: Callable[[str], dict[int, PartitionView]]
     controller: Callable[[], int | None]
     nodes: tuple[int, ...]
     canary: str
@@ -57,7 +57,7 @@ class Resolver:
             return (self._leader(self.canary, p, target),)
         if target == "leader_off_ledger":
             avoid = self.ledger_leaders()
-            views = [self.partition(self.canary, p) for p in range(self.partitions(self.canary))]
+            views = [v for _p, v in sorted(self.describe(self.canary).items())]
             # a preferred leader first: a preferred-leader election will not move it away mid-scenario
             for v in sorted(views, key=lambda v: v.replicas[:1] != (v.leader,)):
                 if v.leader >= 0 and v.leader not in avoid:
@@ -70,8 +70,9 @@ class Resolver:
         if target == "coordinator":
             if not self.transactional_id:
                 raise ScenarioError("target coordinator: no transactional writer")
-            p = coordinator_partition(self.transactional_id, self.partitions(TXN_STATE_TOPIC))
-            return (self._leader(TXN_STATE_TOPIC, p, target),)
+            desc = self.describe(TXN_STATE_TOPIC)
+            p = coordinator_partition(self.transactional_id, len(desc))
+            return (self._leader(TXN_STATE_TOPIC, p, target, desc),)
         if target == "controller":
             node = self.controller()
             if node is None:
@@ -79,12 +80,15 @@ class Resolver:
             return (node,)
         raise ScenarioError(f"unknown target {target!r}")
 
+    def partition(self, topic: str, p: int) -> PartitionView:
+        return self.describe(topic)[p]
+
     def led_by(self, nodes: tuple[int, ...]) -> list[int]:
         """The canary partitions whose leader is one of ``nodes`` now."""
-        return [p for p in range(self.partitions(self.canary)) if self.partition(self.canary, p).leader in nodes]
+        return sorted(p for p, v in self.describe(self.canary).items() if v.leader in nodes)
 
-    def _leader(self, topic: str, p: int, target: str) -> int:
-        leader = self.partition(topic, p).leader
+    def _leader(self, topic: str, p: int, target: str, desc: dict[int, PartitionView] | None = None) -> int:
+        leader = (desc if desc is not None else self.describe(topic))[p].leader
         if leader < 0:
             raise ScenarioError(f"target {target}: {topic} partition {p} has no leader now")
         return leader

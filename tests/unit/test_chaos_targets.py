@@ -16,8 +16,10 @@ def test_java_string_hash_matches_java():
 
 
 def _resolver(**kw):
-    views = {("c", 0): PartitionView(2, (2, 3, 1), (2, 3)), ("__transaction_state", 22): PartitionView(3, (3, 1, 2), (3,))}
-    return Resolver(lambda t, p: views[(t, p)], lambda t: 50, lambda: 1, (1, 2, 3), "c", **kw)
+    txn_state = {p: PartitionView(1, (1, 2, 3), (1,)) for p in range(50)}
+    txn_state[22] = PartitionView(3, (3, 1, 2), (3,))
+    topics = {"c": {0: PartitionView(2, (2, 3, 1), (2, 3))}, "__transaction_state": txn_state}
+    return Resolver(topics.__getitem__, lambda: 1, (1, 2, 3), "c", **kw)
 
 
 def test_targets_resolve_to_nodes_now_and_bound_names_keep_theirs():
@@ -37,10 +39,9 @@ def test_a_target_that_cannot_be_resolved_says_why():
 
 
 def test_leader_off_ledger_skips_canary_partitions_whose_leader_leads_the_runs_ledger():
-    views = {("c", 0): PartitionView(2, (2, 3, 1), (2, 3, 1)), ("c", 1): PartitionView(3, (3, 1, 2), (3, 1, 2)),
-             ("c", 2): PartitionView(1, (1, 2, 3), (1, 2, 3))}
-    r = Resolver(lambda t, p: views[(t, p)], lambda t: 3, lambda: 1, (1, 2, 3), "c",
-                 ledger_leaders=lambda: frozenset({2}))
+    views = {0: PartitionView(2, (2, 3, 1), (2, 3, 1)), 1: PartitionView(3, (3, 1, 2), (3, 1, 2)),
+             2: PartitionView(1, (1, 2, 3), (1, 2, 3))}
+    r = Resolver({"c": views}.__getitem__, lambda: 1, (1, 2, 3), "c", ledger_leaders=lambda: frozenset({2}))
     assert r.resolve("leader_off_ledger", {}) == (3,)
     assert r.led_by((3,)) == [1] and r.led_by((1, 2)) == [0, 2]
     r.ledger_leaders = lambda: frozenset({1, 2, 3})
