@@ -123,12 +123,17 @@ def topic_exists(client: AdminClient, name: str, timeout: float = 10.0) -> bool:
     return name in client.list_topics(timeout=timeout).topics
 
 
+def _list_offsets(client: AdminClient, topic: str, partitions: int, spec: OffsetSpec,
+                  timeout: float) -> dict[int, int]:
+    """partition -> the offset ``spec`` names (raises when a partition does not answer)."""
+    futures = client.list_offsets({TopicPartition(topic, p): spec for p in range(partitions)}, request_timeout=timeout)
+    return {tp.partition: f.result(timeout=timeout).offset for tp, f in futures.items()}
+
+
 def log_starts(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> tuple[int, ...]:
     """Every partition's log start offset; empty when any partition did not answer."""
-    specs = {TopicPartition(info.name, p): OffsetSpec.earliest() for p in range(info.partitions)}
     try:
-        futures = client.list_offsets(specs, request_timeout=timeout)
-        found = {tp.partition: f.result(timeout=timeout).offset for tp, f in futures.items()}
+        found = _list_offsets(client, info.name, info.partitions, OffsetSpec.earliest(), timeout)
     except Exception:  # noqa: BLE001 - a leader away: not known now
         return ()
     if any(found.get(p, -1) < 0 for p in range(info.partitions)):
@@ -138,9 +143,7 @@ def log_starts(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> t
 
 def log_ends(client: AdminClient, topic: str, partitions: int, timeout: float = 10.0) -> dict[int, int]:
     """Every partition's high watermark (raises when a partition does not answer)."""
-    specs = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = client.list_offsets(specs, request_timeout=timeout)
-    return {tp.partition: f.result(timeout=timeout).offset for tp, f in futures.items()}
+    return _list_offsets(client, topic, partitions, OffsetSpec.latest(), timeout)
 
 
 def topic_settings(client: AdminClient, info: TopicInfo, timeout: float = 10.0) -> TopicSettings | None:
