@@ -126,8 +126,6 @@ class Runner:
                 f"{scenario.name} needs Eligible Leader Replicas {scenario.elr}, and this cluster has it {result.elr} "
                 f"(KIP-966 changes which replica an election may pick); format a cluster with "
                 f"cluster.eligible_leader_replicas: {str(scenario.elr == 'on').lower()}")
-        # its own session: a Ctrl-C at the terminal reaches only this runner, which heals the
-        # cluster and then stops the run the way it stops cleanly (SIGTERM)
         def leaders() -> dict[int, int]:  # a client per call: one stuck on a dead broker is left behind
             admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
             return {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name, 3.0).items()}
@@ -135,6 +133,8 @@ class Runner:
         sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics", leaders, run_dir / "timeline.jsonl")
         sampler.started = result.started_at
         self.sampler = sampler
+        # its own session: a Ctrl-C at the terminal reaches only this runner, which heals the
+        # cluster and then stops the run the way it stops cleanly (SIGTERM)
         proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
                                 stdout=(run_dir / "run.out").open("w"), stderr=(run_dir / "run.err").open("w"),
                                 start_new_session=True)

@@ -3,9 +3,9 @@
 Scenarios ship as YAML in ``monitor/chaos/scenarios/`` (S1–S10 of the chaos matrix and a few
 more); a user adds their own with ``--scenario FILE``. A scenario names no node: targets are
 resolved when a step runs (``leader``: the leader of canary partition 0 then; ``leader:P``;
-``leader_off_ledger``: the leader of the first canary partition whose leader leads none of the
-ledger partitions holding the run's entries, so that cutting it off stalls the canary, not the
-record of its outcomes; ``followers``: the other replicas of partition 0; ``coordinator``: the transaction coordinator
+``leader_off_ledger``: the leader of a canary partition that leads none of the ledger partitions
+holding the run's entries (a preferred leader first), so that cutting it off stalls the canary,
+not the record of its outcomes; ``followers``: the other replicas of partition 0; ``coordinator``: the transaction coordinator
 of the first transactional writer; ``controller``: the active controller; ``node:N``; ``all``),
 and a step may bind what it resolved to a name (``as: victim``) for later steps (``target:
 victim``) — the node killed is the node started again, wherever leadership went meanwhile.

@@ -1,4 +1,4 @@
-"""`vigil chaos` on the session cluster: `heal` undoes every fault a run can leave behind; S3, S4 and S6 run."""
+"""`vigil chaos` on the session cluster: `heal` undoes every fault a run can leave behind; S3, S4, S6 and S8 run."""
 
 from __future__ import annotations
 
