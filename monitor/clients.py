@@ -111,9 +111,22 @@ class PartitionView:
     isr: tuple[int, ...]
 
 
-def describe_partitions(client: AdminClient, name: str, timeout: float = 10.0) -> dict[int, PartitionView]:
-    """partition -> leader, replicas and ISR as the cluster describes them now."""
-    desc = client.describe_topics(TopicCollection([name]), request_timeout=timeout)[name].result(timeout=timeout + 5)
+def describe_partitions(client: AdminClient, name: str, timeout: float = 10.0,
+                        within_s: float = 0.0) -> dict[int, PartitionView]:
+    """partition -> leader, replicas and ISR as the cluster describes them now; asked again for up
+    to within_s while the answer is a timeout or a retriable error (librdkafka sends DescribeTopics
+    to the node metadata names as controller, which may be the broker just killed)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            futures = client.describe_topics(TopicCollection([name]), request_timeout=timeout)
+            desc = futures[name].result(timeout=timeout + 5)
+            break
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in MOVING_LEADERSHIP) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
     return {p.id: PartitionView(p.leader.id if p.leader is not None else -1, tuple(r.id for r in p.replicas),
                                 tuple(r.id for r in p.isr)) for p in desc.partitions}
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from monitor import client_config, clients
@@ -78,16 +79,22 @@ def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metr
 
 
 def resolver(cfg: Config, cluster: LocalCluster) -> Resolver:
-    # quiet: brokers going away is the point here, and librdkafka would say so on stderr each time
-    admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
+    def admin() -> AdminClient:
+        # A fresh client per question: a long-lived one keeps asking the node its metadata named
+        # controller, which may be the broker just killed. Quiet: brokers going away is the point
+        # here, and librdkafka would say so on stderr each time.
+        return AdminClient({**client_config.admin(cfg), "log_level": 2})
+
+    def describe(topic: str) -> dict[int, clients.PartitionView]:
+        return clients.describe_partitions(admin(), topic, within_s=60.0)
 
     def ledger_leaders() -> frozenset[int]:  # the run's ledger is fresh: its entries are where the log grew
-        desc = clients.describe_partitions(admin, cfg.ledger.topic)
-        ends = clients.log_ends(admin, cfg.ledger.topic, len(desc))
+        desc = describe(cfg.ledger.topic)
+        ends = clients.log_ends(admin(), cfg.ledger.topic, len(desc))
         return frozenset(desc[p].leader for p, end in ends.items() if end > 0)
 
     txn = next((w for w in cfg.writers if w.transactional), None)
-    return Resolver(lambda topic: clients.describe_partitions(admin, topic), cluster.active_controller,
+    return Resolver(describe, cluster.active_controller,
                     tuple(n.node_id for n in cluster.layout.nodes), cfg.canary.name,
                     f"vigil-{writer_instance_id(cfg, txn)}" if txn else "", ledger_leaders)
 
@@ -207,8 +214,13 @@ class Runner:
             due_undos(step.at_s)
             time.sleep(max(0.0, step.at_s - (time.monotonic() - begun)))
             at = round(time.monotonic() - begun, 1)
-            nodes, undo = faults.apply(step, self.cluster, res, bound,
-                                       lambda m: self.say(f"{scenario.name}: step {i + 1}/{len(scenario.timeline)}: {m}"))
+            try:
+                nodes, undo = faults.apply(
+                    step, self.cluster, res, bound,
+                    lambda m: self.say(f"{scenario.name}: step {i + 1}/{len(scenario.timeline)}: {m}"))
+            except KafkaException as exc:  # asked for a minute: the cluster is not answering
+                raise ScenarioError(f"{scenario.name}: step {i + 1} ({step.fault} {step.target or ''}): the cluster "
+                                    f"did not answer: {exc.args[0].str()}") from exc
             result.steps.append({"at_s": at, "fault": step.fault, "target": step.target, "nodes": list(nodes),
                                  "took_s": round(time.monotonic() - begun - at, 1)})
             if undo is not None:

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 WRITES = "vigil_producer_writes"
 VIOLATIONS = "vigil_violations"
+TRANSACTIONS = "vigil_producer_transactions"
 ABANDON_S = 5.0  # a leaders call taking longer is given up
 HISTOGRAMS = {"ack": "vigil_producer_ack_latency_seconds", "e2e": "vigil_e2e_latency_seconds"}
 
@@ -24,6 +25,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
     """The totals a chart needs, summed over the labels it does not show."""
     writes: dict[str, float] = {}
     violations: dict[str, float] = {}
+    transactions: dict[str, float] = {}
     hist: dict[str, dict[str, Any]] = {k: {"sum": 0.0, "count": 0.0, "buckets": {}} for k in HISTOGRAMS}
     by_name = {v: k for k, v in HISTOGRAMS.items()}
     for family in text_string_to_metric_families(text):
@@ -31,6 +33,9 @@ def parse_metrics(text: str) -> dict[str, Any]:
             if family.name == WRITES and s.name.endswith("_total"):
                 outcome = s.labels.get("outcome", "?")
                 writes[outcome] = writes.get(outcome, 0.0) + s.value
+            elif family.name == TRANSACTIONS and s.name.endswith("_total"):
+                outcome = s.labels.get("outcome", "?")
+                transactions[outcome] = transactions.get(outcome, 0.0) + s.value
             elif family.name == VIOLATIONS and s.name.endswith("_total"):
                 inv = s.labels.get("invariant", "?")
                 violations[inv] = violations.get(inv, 0.0) + s.value
@@ -43,7 +48,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
                 elif s.name.endswith("_bucket"):
                     le = s.labels["le"]
                     h["buckets"][le] = h["buckets"].get(le, 0.0) + s.value
-    return {"writes": writes, "violations": violations, **hist}
+    return {"writes": writes, "violations": violations, "transactions": transactions, **hist}
 
 
 class Sampler(threading.Thread):

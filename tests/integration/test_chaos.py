@@ -194,13 +194,19 @@ def test_s8_transactions_with_the_coordinator_then_a_leader_killed_live_equals_a
     assert result["steps"][0]["nodes"] == result["steps"][1]["nodes"]
     assert result["steps"][2]["nodes"] == result["steps"][3]["nodes"]
     txn = next(w for w in result["writers"] if w["writer"] == "txn")
-    assert txn["outcomes"]["acked"] > 1000, txn
+    assert txn["transactions"]["committed"] > 0 and txn["transactions"]["aborted"] > 0, txn
     run_dir = tmp_path / "S8"
+    # the transactional writer came through both faults: it committed transactions after the last
+    # one (its rate depends on the machine's commit latency, so no count is asked of it)
+    samples = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    last_fault = result["phases"]["faults"] + result["steps"][-1]["at_s"]
+    committed = [s.get("transactions", {}).get("committed", 0) for s in samples]
+    before = max((c for s, c in zip(samples, committed) if s["t"] <= last_fault), default=0)
+    assert committed[-1] > before > 0, (before, committed[-1])
     report = (run_dir / "report.md").read_text()
     assert report.startswith("# S8: ") and "![S8 timeline](timeline.png)" in report
     png = (run_dir / "timeline.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-    samples = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
     assert len(samples) > 30 and any(s.get("writes", {}).get("acked") for s in samples)
     assert {s["leaders"]["0"] for s in samples if "leaders" in s and "0" in s["leaders"]}  # leaders sampled
     row = json.loads((run_dir / "result.json").read_text())["row"]

@@ -17,6 +17,9 @@ def _scrape(acked: int, failed: int, lost: int, acks: list[float]) -> str:
     v = Counter("vigil_violations", "v", ["invariant", "isolation", "durability"], registry=reg)
     v.labels("lost_write", "read_committed", "at_risk").inc(lost)
     v.labels("lost_write", "read_uncommitted", "at_risk").inc(lost)
+    t = Counter("vigil_producer_transactions", "t", ["writer", "outcome"], registry=reg)
+    t.labels("a", "committed").inc(acked // 4)
+    t.labels("a", "aborted").inc(failed)
     h = Histogram("vigil_producer_ack_latency_seconds", "l", ["writer"], buckets=[0.01, 0.1, 1.0], registry=reg)
     for x in acks:
         h.labels("a").observe(x)
@@ -27,6 +30,7 @@ def test_a_scrape_is_summed_over_the_labels_the_chart_does_not_show():
     got = parse_metrics(_scrape(10, 2, 3, [0.005, 0.05]))
     assert got["writes"] == {"acked": 10.0, "failed": 2.0}
     assert got["violations"] == {"lost_write": 6.0}
+    assert got["transactions"] == {"committed": 2.0, "aborted": 2.0}
     assert got["ack"]["count"] == 2 and got["ack"]["buckets"]["0.01"] == 1 and got["ack"]["buckets"]["+Inf"] == 2
     assert got["e2e"]["count"] == 0
 
