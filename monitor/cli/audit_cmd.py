@@ -10,7 +10,8 @@ from rich.table import Table
 
 from invariants.catalog import CATALOG, Invariant, Isolation
 from invariants.model import DURABILITIES
-from monitor.audit.oracle import HISTORY_INVARIANTS, audit, hanging_transactions
+from monitor.audit.hanging import hanging_transactions
+from monitor.audit.oracle import HISTORY_INVARIANTS, audit
 from monitor.audit.reader import read_history
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
 
@@ -26,7 +27,7 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
             counts[iso.value][inv.value] = result.count(inv, iso)
             by_class[iso.value][inv.value] = {d.value: result.counts.get((inv, iso, d), 0) for d in DURABILITIES}
     counts[Isolation.READ_COMMITTED.value][Invariant.LSO_STUCK.value] = hanging_transactions(
-        h.entries, cfg.watch.lso_stuck_threshold_s)
+        h.entries, cfg.watch.lso_stuck_threshold_s, h.reads.get(Isolation.READ_UNCOMMITTED, {}))
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,
@@ -69,7 +70,8 @@ def audit_cmd(
 
     This is the ground truth the live checker is compared with: an independent, whole-history
     implementation. Liveness invariants are time-based and live only; `lso_stuck` here counts
-    transactions the ledger shows open longer than `watch.lso_stuck_threshold_s`.
+    the (transaction, partition) pairs whose records the final log holds and that the ledger shows
+    holding the log back longer than `watch.lso_stuck_threshold_s` (see docs/invariants.md).
     """
     cfg = load_config(config)
     report = audit_report(cfg, timeout)
