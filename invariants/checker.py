@@ -214,7 +214,7 @@ class Checker(TopicLifecycle):
         self.unconfirmed.on_read(key, (wkey.writer_id, wkey.inc), wkey.seq)
         if r.txn_id:
             self.sink.extend(self.txns.on_read(key.iso, TxnKey(wkey.writer_id, wkey.inc, r.txn_id), wkey, r.offset,
-                                                   r.intended_abort))
+                                                   r.intended_abort, r.txn_size, r.txn_index))
 
     def _read_again(self, key: ViewKey, v: PartitionView, other: PartitionView | None, reads: list[Read],
                     lo: int, hi: int) -> None:
@@ -246,6 +246,13 @@ class Checker(TopicLifecycle):
         if changed and hi < v.frontier:  # the rest of what this reader read may have changed too
             self.suspect(key.topic_id, key.partition, changed[0][0], v.frontier)
 
+    def _unsettled(self, topic_id: str, partition: int, offset: int) -> bool:
+        """Whether read_committed's memory of an offset waits to be read again."""
+        key = ViewKey(RC, topic_id, partition)
+        return (any(lo <= offset < hi for lo, hi in self.suspects.get(key, ()))
+                or any(c.key == key and any(lo <= offset < hi for lo, hi in c.need)
+                       for c in (*self.acked.candidates.items, *self.sequence.candidates.items)))
+
     def refetch_wanted(self) -> list[Refetch]:
         """Ranges to read again directly (both isolation levels) before verdicts resting on them count."""
         wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -268,7 +275,9 @@ class Checker(TopicLifecycle):
         self.sink.extend(self.sequence.judge_ready(lambda k: self.views[k]))
         self.sink.extend(self.offsets.judge_parked())
         self.sink.extend(self.txns.judge(self.view, lambda tid, p: self.log_start.get((tid, p), 0),
-                                         self.topics.gone))
+                                         self.topics.gone, self._unsettled))
+        self.sink.extend(self.txns.judge_headers(
+            lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}))
         for key in self._dirty:
             v = self.views[key]
             v.forget(self.settings.horizon_offsets)

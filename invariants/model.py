@@ -69,6 +69,8 @@ class Read:
     ident: Ident
     txn_id: int = 0
     intended_abort: bool = False  # the record header's flag: its writer meant to abort its transaction
+    txn_size: int = 0  # the header's: records in the whole transaction (all partitions)
+    txn_index: int = 0  # the header's: this record's position in its transaction
 
 
 def is_canary(ident: Ident) -> bool:

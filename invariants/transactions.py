@@ -34,13 +34,26 @@ transactions before KIP-890. Implies ``lost_write`` in ``read_uncommitted`` when
 records were acked.
 
 A transaction with an acknowledged record before the first offset the reader read, or below the
-partition's log start (retention), cannot be judged: what is missing may simply be gone.
+partition's log start (retention), cannot be judged: what is missing may simply be gone. One with
+an acknowledged record missing at an offset whose reading waits to be confirmed (an
+acknowledgement that went backwards, a suspected rewrite: :mod:`invariants.confirm`) is judged
+after the re-read: the reader may remember the old log there, and the new one hold the record.
 
 **Logs that change.** A record of a committed transaction that ``read_committed`` read and a
 later re-read no longer finds (a truncated log) makes the transaction be judged again: if only
 part of it is still visible, it is ``partial_txn`` then (counted once per transaction). Without
 its ``intent`` (a ledger read from the middle) a transaction is never judged ``partial_txn``: the
-set of its writes is not known.
+set of its writes is not known — unless its records' headers show it torn (below).
+
+**Torn, by the records' headers.** Every canary record of a transaction carries the transaction's
+size and its own index. A transaction T of writer incarnation W whose ``intent`` the ledger does
+not hold — a ledger read from the middle (retention), or entries lost — is judged from them: once
+the ledger holds the intent of a later transaction of W (so T's intent is missing, not late) and
+read_committed has read, on every partition of the topic it reads, records of an earlier and of a
+later transaction of W (W's transactions are sequential: T's records there lie between, and are
+all read), T is ``partial_txn`` when it saw some, but fewer than the size, of T's distinct
+indexes. Never for records flagged intended-abort. Its class is the one the ledger gives it (an
+outcome entry), else unknown. Counted once per transaction.
 
 **Classes.** ``guaranteed`` on a durable topic (replication factor >= 3, ``min.insync.replicas``
 >= 2, no unclean election), else ``at_risk`` (:mod:`invariants.promises`).
@@ -86,6 +99,8 @@ class TxnTrack:
     decided: set[WriteKey] = field(default_factory=set)  # writes with an outcome other than acked
     classed: bool = False
     intended_abort: bool = False  # a record of it carried the header's intended-abort flag
+    size: int = 0  # the header's transaction size (0: no record of it read yet)
+    indexes: dict[WriteKey, int] = field(default_factory=dict)  # the header's index of each record read_committed read
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}
@@ -117,7 +132,8 @@ class TxnTrack:
                                                                     for k, f in self.decided_at.items()],
                 "partial_counted": self.partial_counted, "cls": t.ref(self.cls),
                 "decided": [list(w) for w in self.decided], "classed": self.classed,
-                "intended_abort": self.intended_abort}
+                "intended_abort": self.intended_abort, "size": self.size,
+                "indexes": [[*w, i] for w, i in self.indexes.items()]}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
@@ -127,7 +143,8 @@ class TxnTrack:
                    {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
                    d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"],
-                   d.get("intended_abort", False))
+                   d.get("intended_abort", False), d.get("size", 0),
+                   {WriteKey(*w): i for *w, i in d.get("indexes", ())})
 
 
 def _readable(v: PartitionView, offset: int, log_start: int) -> bool:
@@ -148,6 +165,10 @@ class TransactionsFamily:
         self.txns: dict[TxnKey, TxnTrack] = {}
         self.judge_queue: set[TxnKey] = set()
         self.aborted_allowed = 0
+        # for transactions without an intent, judged from their records' headers:
+        self.headed: set[TxnKey] = set()  # read by read_committed, not judged yet
+        self.spans: dict[tuple[int, int, str, int], list[int]] = {}  # (writer, inc, topic, p) -> [lowest, highest] txn read
+        self.intents_up_to: dict[tuple[int, int], int] = {}  # (writer, inc) -> highest txn id with an intent
 
     def track(self, tkey: TxnKey) -> TxnTrack:
         t = self.txns.get(tkey)
@@ -158,6 +179,8 @@ class TransactionsFamily:
     # -- ledger events ---------------------------------------------------------------------
 
     def on_intended(self, wkey: WriteKey, tkey: TxnKey, cls: WriteClass) -> None:
+        w = (tkey.writer_id, tkey.inc)
+        self.intents_up_to[w] = max(tkey.txn_id, self.intents_up_to.get(w, 0))
         t = self.track(tkey)
         self._first_class(t, cls)
         if wkey not in t.writes:
@@ -207,10 +230,17 @@ class TransactionsFamily:
     # -- reads -----------------------------------------------------------------------------
 
     def on_read(self, iso: Isolation, tkey: TxnKey, wkey: WriteKey, off: int,
-                intended_abort: bool = False) -> list[Violation]:
+                intended_abort: bool = False, size: int = 0, index: int = 0) -> list[Violation]:
         t = self.track(tkey)
         t.intended_abort |= intended_abort
         if iso is RC:
+            t.size = t.size or size
+            t.indexes.setdefault(wkey, index)
+            span = self.spans.setdefault((tkey.writer_id, tkey.inc, wkey.topic_id, wkey.partition),
+                                         [tkey.txn_id, tkey.txn_id])
+            span[0], span[1] = min(span[0], tkey.txn_id), max(span[1], tkey.txn_id)
+            if not t.judged:
+                self.headed.add(tkey)
             if wkey not in t.rc_reads:
                 t.rc_reads[wkey] = off
                 if t.outcome is TxnOutcome.ABORTED or (t.intended_abort and t.classed):
@@ -245,9 +275,12 @@ class TransactionsFamily:
 
     def judge(self, view: Callable[[Isolation, str, int], PartitionView],
               log_start: Callable[[str, int], int] = lambda _t, _p: 0,
-              gone: Container[str] = ()) -> list[Violation]:
+              gone: Container[str] = (),
+              unsettled: Callable[[str, int, int], bool] = lambda _t, _p, _o: False) -> list[Violation]:
         """``gone``: topic IDs no longer read; a transaction on one is never judged, and is dropped
-        once decided (its acknowledged writes are judged as the topic's)."""
+        once decided (its acknowledged writes are judged as the topic's). ``unsettled(topic_id,
+        partition, offset)``: whether read_committed's memory of that offset waits to be read
+        again (a suspected rewrite); a transaction with an acknowledged write missing there waits too."""
         out: list[Violation] = []
         for tkey in sorted(self.judge_queue):
             t = self.txns.get(tkey)
@@ -265,7 +298,9 @@ class TransactionsFamily:
                 continue
             tops = t.max_acked()
             rc_past = all(view(RC, tid, p).frontier > top for (tid, p), top in tops.items())
-            if t.ready() and rc_past:
+            if t.ready() and rc_past and t.writes:  # without an intent: judged by the headers (below)
+                if any(unsettled(w.topic_id, w.partition, off) for w, off in t.acked.items() if w not in t.rc_reads):
+                    continue  # what read_committed remembers there may be a log since rewritten
                 visible = sum(1 for w, off in t.rc_reads.items() if off <= tops.get(w.part, -1))
                 readable = all(_readable(view(RC, tid, p), low, log_start(tid, p))
                                for (tid, p), low in t.min_acked().items())
@@ -280,10 +315,41 @@ class TransactionsFamily:
                 t.judged = True
             # Records of it may still be read (a write that timed out can have landed) or vanish (a
             # truncation): kept until both readers are a horizon past everything known of it.
-            if (t.outcome is not TxnOutcome.ABORTED and not rc_past) or not self._past_horizon(t, view):
+            if ((t.outcome is not TxnOutcome.ABORTED and not rc_past) or (tkey in self.headed and not t.writes)
+                    or not self._past_horizon(t, view)):
                 continue
             self.judge_queue.discard(tkey)
             del self.txns[tkey]
+        return out
+
+    def judge_headers(self, partitions: Callable[[str], Container[int] | Any]) -> list[Violation]:
+        """Transactions without an intent, judged from their records' headers (see the module doc).
+        ``partitions(topic_id)``: the partitions read_committed reads of that topic."""
+        out: list[Violation] = []
+        for tkey in sorted(self.headed):
+            t = self.txns.get(tkey)
+            if t is None or t.writes or t.judged or not t.rc_reads:
+                self.headed.discard(tkey)  # gone, or its intent is known: judged as above
+                continue
+            w = (tkey.writer_id, tkey.inc)
+            if self.intents_up_to.get(w, 0) <= tkey.txn_id:
+                continue  # its intent may still come
+            tid = min(t.rc_reads).topic_id
+            spans = [self.spans.get((*w, tid, p)) for p in partitions(tid)]
+            if not spans or not all(sp is not None and sp[0] < tkey.txn_id < sp[1] for sp in spans):
+                continue  # read_committed has not read around it everywhere yet
+            self.headed.discard(tkey)
+            t.judged = True
+            visible = len({t.indexes[wk] for wk in t.rc_reads if wk in t.indexes})
+            if not t.intended_abort and 0 < visible < t.size:
+                t.partial_counted = True
+                first = min(t.rc_reads)
+                out.append(Violation(Invariant.PARTIAL_TXN, RC, first.topic_id, first.partition,
+                                     tuple(sorted(t.rc_reads.values())), (tkey.writer_id, tkey.inc),
+                                     txn_id=tkey.txn_id, detail=f"{visible} of {t.size} records visible (by the "
+                                     f"records' headers: the ledger has no intent of it)",
+                                     durability=t.cls.txn.durability, reason=t.cls.txn.reason,
+                                     writer_name=t.cls.writer))
         return out
 
     def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:
@@ -298,7 +364,10 @@ class TransactionsFamily:
 
     def to_doc(self, tab: ClassTable) -> dict[str, Any]:
         return {"aborted_allowed": self.aborted_allowed, "txns": [t.to_doc(tab) for t in self.txns.values()],
-                "judge_queue": sorted(list(k) for k in self.judge_queue)}
+                "judge_queue": sorted(list(k) for k in self.judge_queue),
+                "headed": sorted(list(k) for k in self.headed),
+                "spans": [[*k, *v] for k, v in self.spans.items()],
+                "intents_up_to": [[*k, n] for k, n in self.intents_up_to.items()]}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], horizon: int, tab: ClassTable) -> "TransactionsFamily":
@@ -308,4 +377,7 @@ class TransactionsFamily:
             t = TxnTrack.from_doc(d, tab)
             fam.txns[t.key] = t
         fam.judge_queue = {TxnKey(*k) for k in doc["judge_queue"]}
+        fam.headed = {TxnKey(*k) for k in doc.get("headed", ())}
+        fam.spans = {(wid, inc, tid, p): [lo, hi] for wid, inc, tid, p, lo, hi in doc.get("spans", ())}
+        fam.intents_up_to = {(wid, inc): n for wid, inc, n in doc.get("intents_up_to", ())}
         return fam

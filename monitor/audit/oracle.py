@@ -7,7 +7,7 @@ everything that was read. It applies the definitions of the invariant catalog as
 the checker modules' docstrings; the live checker must reach the same counts (the property
 tests and the integration tests compare them). Liveness invariants (``stalled_poll``,
 ``lso_stuck``, ``producer_stalled``) are judged on time and are not recomputed here, except
-the ledger's view of hanging transactions (see :func:`hanging_transactions`).
+the hanging transactions the ledger and the final log show (:mod:`monitor.audit.hanging`).
 
 A topic ID that is gone (:meth:`monitor.audit.book.LedgerBook.gone`: retired, found replaced by a
 writer, or not the ID its name has now) has nothing left to read: its acknowledged writes are
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from invariants.catalog import Invariant, Isolation
-from invariants.ledger_format import Intent, LedgerEntry, TxnEnd, TxnOutcome, WriteOutcome
+from invariants.ledger_format import LedgerEntry, TxnOutcome, WriteOutcome
 from invariants.model import Durability, TxnKey, WriteKey, lost_cause
 from invariants.promises import GUARANTEED, UNKNOWN, Promise
 from monitor.audit.book import LedgerBook
@@ -260,6 +260,7 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
     rc_seen: dict[TxnKey, dict[WriteKey, int]] = defaultdict(dict)
     ru_seen: dict[TxnKey, set[WriteKey]] = defaultdict(set)
     meant_to_abort: set[TxnKey] = set()  # a record of it carried the header's intended-abort flag
+    headers: dict[TxnKey, tuple[int, set[int]]] = {}  # read_committed: the header's size, indexes seen
     for iso, target in ((RC, rc_seen), (RU, ru_seen)):
         for (tid, p), recs in reads.get(iso, {}).items():
             for rec in recs:
@@ -270,9 +271,12 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
                         meant_to_abort.add(key)
                     wkey = WriteKey(tid, p, *ident)
                     if iso is RC:
+                        if wkey not in target[key] and len(rec) > 5:
+                            headers.setdefault(key, (rec[4], set()))[1].add(rec[5])
                         target[key].setdefault(wkey, off)
                     else:
                         target[key].add(wkey)
+    _torn_by_headers(res, book, reads.get(RC, {}), rc_seen, headers, meant_to_abort)
     for key, txn in book.txns.items():
         if txn.outcome is TxnOutcome.ABORTED or key in meant_to_abort:
             for wkey, off in rc_seen.get(key, {}).items():
@@ -307,20 +311,36 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
                     intended=len(txn.writes))
 
 
-def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float) -> int:
-    """Per (transaction, partition): open (intent → decision) longer than ``threshold_s``."""
-    opened: dict[TxnKey, tuple[int, set[int]]] = {}
-    count = 0
-    for e in entries:
-        body = e.body
-        if isinstance(body, Intent) and body.txn:
-            key = TxnKey(e.writer.writer_id, e.writer.inc, body.txn.id)
-            ts, prev = opened.get(key, (e.ts_us, set()))
-            opened[key] = (ts, prev | {w.partition for w in body.writes})
-        elif isinstance(body, TxnEnd):
-            key = TxnKey(e.writer.writer_id, e.writer.inc, body.id)
-            if key in opened:
-                ts, parts = opened.pop(key)
-                if (e.ts_us - ts) / 1e6 > threshold_s:
-                    count += len(parts)
-    return count
+def _torn_by_headers(res: AuditResult, book: LedgerBook, rc_reads: dict[tuple[str, int], list[tuple]],
+                     rc_seen: dict[TxnKey, dict[WriteKey, int]], headers: dict[TxnKey, tuple[int, set[int]]],
+                     meant_to_abort: set[TxnKey]) -> None:
+    """Transactions without an intent in the ledger, judged from their records' headers: torn when
+    read_committed read around them on every partition and saw some, not all, of their indexes."""
+    intents_up_to: dict[tuple[int, int], int] = {}
+    for key, txn in book.txns.items():
+        if txn.intent_seen:
+            w = (key.writer_id, key.inc)
+            intents_up_to[w] = max(key.txn_id, intents_up_to.get(w, 0))
+    spans: dict[tuple[int, int, str, int], tuple[int, int]] = {}
+    parts: dict[str, set[int]] = defaultdict(set)
+    for (tid, p), recs in rc_reads.items():
+        parts[tid].add(p)
+        for rec in recs:
+            ident, txn_id = rec[1], rec[2]
+            if txn_id and ident[0] != "x":
+                k = (ident[0], ident[1], tid, p)
+                lo, hi = spans.get(k, (txn_id, txn_id))
+                spans[k] = (min(lo, txn_id), max(hi, txn_id))
+    for key, (size, indexes) in headers.items():
+        txn = book.txns.get(key)
+        if (txn is not None and txn.intent_seen) or key in meant_to_abort:
+            continue
+        if intents_up_to.get((key.writer_id, key.inc), 0) <= key.txn_id:
+            continue
+        tid = min(rc_seen[key]).topic_id
+        around = [spans.get((key.writer_id, key.inc, tid, p)) for p in parts[tid]]
+        if not all(sp is not None and sp[0] < key.txn_id < sp[1] for sp in around):
+            continue
+        if 0 < len(indexes) < size:
+            res.add(Invariant.PARTIAL_TXN, RC, promise=txn.cls.txn if txn is not None else UNKNOWN,
+                    txn=tuple(key), visible=len(indexes), intended=size, by="headers")

@@ -51,7 +51,7 @@ class History:
     """Everything the audit judges: the whole ledger and every record of the canary topic."""
 
     entries: list[LedgerEntry]
-    reads: dict  # isolation -> (topic id, partition) -> [(offset, ident, txn id)]
+    reads: dict  # isolation -> (topic id, partition) -> [(offset, ident, txn id[, abort flag, txn size, index])]
     log_start: dict[tuple[str, int], int]  # canary topic log start offsets
     topic_id: str  # "" when the canary topic does not exist (any more)
     malformed: dict[str, int]
@@ -102,7 +102,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
             rec = record_format.decode(msg.value())
             if isinstance(rec, record_format.CanaryRecord):
                 item = (msg.offset(), (rec.writer_id, rec.incarnation, rec.seq), rec.txn_id,
-                        rec.intended_abort)
+                        rec.intended_abort, rec.txn_size, rec.txn_index)
             else:
                 if iso is Isolation.READ_UNCOMMITTED:
                     malformed[record_format.malformed_kind(msg.value())] += 1

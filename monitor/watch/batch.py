@@ -74,11 +74,12 @@ def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Coun
     wid, inc, seq = headers["writer_id"].tolist(), headers["incarnation"].tolist(), headers["seq"].tolist()
     txn = headers["txn_id"].tolist()
     abort = ((headers["flags"] & FLAG_INTENDED_ABORT) != 0).tolist()
+    size, index = headers["txn_size"].tolist(), headers["txn_index"].tolist()
     malformed: Counter = Counter()
     reads = []
     for i, ok in enumerate(valid.tolist()):
         if ok:
-            reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i], abort[i]))
+            reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i], abort[i], size[i], index[i]))
         else:
             malformed[malformed_kind(values[i])] += 1
             reads.append(Read(int(offsets[i]), foreign_ident(values[i])))

@@ -1,6 +1,8 @@
 """A broker that comes back without a topic's data: one node's canary partition directories are
 wiped while it is stopped (only those: every local node is also a controller, its metadata log
-stays), then it is started again under running writers. RF 1, so nothing else holds the data."""
+stays), then it is started again under running writers. RF 1, so nothing else holds the data. A
+transactional writer runs too: its transactions lose their records on the wiped partitions and
+keep them on the others."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
         cluster_ready, tmp_path, "wiped", 29479,
         canary={"replication_factor": 1, "min_insync_replicas": 1, "partitions": 3},
         ledger={"checkpoint_interval_s": 5},
-        writers=[{"name": "idempotent", "rate": 150}])
+        writers=[{"name": "idempotent", "rate": 150},
+                 {"name": "txn", "transactional": True, "rate": 40, "transaction": {"size": 3}}])
     port = cfg.metrics.port
     client = admin(cfg)
     run = Background(path, "run", "--json", name="run")
@@ -36,8 +39,8 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
         listed_at = time.monotonic()
         old_end = {p: high_watermark(cfg, p) for p in wiped}
         cluster.stop_node(node)
-        # what the partitions held when stopped: at most the writers' rate more per second since
-        per_partition = 150 / len(info.leaders)
+        # what the partitions held when stopped: at most the writers' rates more per second since
+        per_partition = sum(w.rate for w in cfg.writers) / len(info.leaders)
         old_end = {p: end + int(per_partition * (time.monotonic() - listed_at + 2)) for p, end in old_end.items()}
         for p in wiped:
             shutil.rmtree(cluster.node_dir(node) / "data" / f"{cfg.canary.name}-{p}")
@@ -56,7 +59,8 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
         time.sleep(5)
     finally:
         assert run.stop() == 0, run.tail()
-    live = {k: n for k, n in final_counts(run).items() if k[0] in HISTORY}
+    everything = final_counts(run)
+    live = {k: n for k, n in everything.items() if k[0] in HISTORY}
     report = vigil_json(path, "audit")
     audit = nonzero(audit_counts(report))
     # every acknowledged write the wiped partitions held is gone: lost in both readers, and the
@@ -73,6 +77,13 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     for key, n in live.items():
         if key[0] != "inconsistent_offset":
             assert audit.get(key) == n, (key, live, audit)
+    # transactions whose records vanished on the wiped partitions are torn, live and in the audit
+    # (live once it read the rewritten offsets again: before that it remembered the old log there)
+    assert live[("partial_txn", "read_committed")] == audit[("partial_txn", "read_committed")] > 0
+    # a transaction held the LSO only where its records stayed in the log and the log grew past
+    # them; where they vanished it held none, live or in the audit
+    lso = ("lso_stuck", "read_committed")
+    assert everything.get(lso, 0) == audit.get(lso, 0), (everything, audit)
 
 
 def high_watermark(cfg, p: int) -> int:

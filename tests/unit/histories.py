@@ -53,11 +53,14 @@ EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "interleaved_writers": {},
     "retry_duplicate_acked_second": {(I.DUPLICATE, RC): 1, (I.DUPLICATE, RU): 1},
     "acks0_writes": {},
+    "partial_txn_torn_by_headers": {(I.PARTIAL_TXN, RC): 1},
+    "whole_txn_by_headers": {},
 }
 # The durability class of what each incident shows, when it is not ``guaranteed``: a
 # non-idempotent writer's duplicate is allowed by its settings; two foreign records at one offset
 # have no writer whose topic settings could class them.
-CLASS_OF_INCIDENT = {"retry_duplicate_acked_second": Durability.AT_RISK, "inconsistent_offset": Durability.UNKNOWN}
+CLASS_OF_INCIDENT = {"retry_duplicate_acked_second": Durability.AT_RISK, "inconsistent_offset": Durability.UNKNOWN,
+                     "partial_txn_torn_by_headers": Durability.UNKNOWN}  # the ledger says nothing of it
 KINDS = tuple(EFFECTS)  # each incident is named after what it shows
 
 
@@ -69,6 +72,8 @@ class Slot:
     ru_ident: Any = None  # what read_uncommitted sees instead (inconsistent offsets)
     hole: bool = False  # offset taken but no reader returns it (truncated)
     abort: bool = False  # the header's intended-abort flag (its writer meant to abort the transaction)
+    size: int = 0  # the header's transaction size and this record's index in it
+    index: int = 0
 
 
 class _Writer:
@@ -362,6 +367,34 @@ class History:
     def _partial_txn_undecided(self, w: _Writer, p: int) -> None:
         self._txn(w, p, 3, 3, 1, "indeterminate")
 
+    def _txn_by_headers(self, w: _Writer, p: int, rc_sees_all: bool) -> None:
+        """Transactions 1 and 3 (intents, committed, one record on every partition) around
+        transaction 2, of which the ledger holds nothing (read from the middle, as it were): one
+        record on every partition and one more on this one, the last hidden from read_committed
+        unless ``rc_sees_all``. Only its records' headers tell its size."""
+        parts = range(self.partitions)
+
+        def committed(txn_id: int) -> None:
+            seqs = {q: w.seqs(q, 1)[0] for q in parts}
+            w.entry(Intent(TOPIC, tuple(WriteRange(q, seqs[q], 1) for q in parts), TxnInfo(txn_id, len(seqs), False)))
+            for q in parts:
+                off = self.append(q, Slot(w.ident(seqs[q]), txn_id=txn_id, size=len(seqs), index=q))
+                w.outcomes(q, [(seqs[q], "acked", off)])
+            w.entry(TxnEnd(txn_id, TxnOutcome.COMMITTED))
+
+        committed(1)
+        size = self.partitions + 1
+        for i, q in enumerate([*parts, p]):
+            (seq,) = w.seqs(q, 1)
+            self.append(q, Slot(w.ident(seq), txn_id=2, size=size, index=i, rc=rc_sees_all or i < size - 1))
+        committed(3)
+
+    def _partial_txn_torn_by_headers(self, w: _Writer, p: int) -> None:
+        self._txn_by_headers(w, p, rc_sees_all=False)
+
+    def _whole_txn_by_headers(self, w: _Writer, p: int) -> None:
+        self._txn_by_headers(w, p, rc_sees_all=True)
+
     def _unacked_writes(self, w: _Writer, p: int) -> None:
         seqs = w.seqs(p, 2)
         w.intent(p, seqs)
@@ -376,7 +409,7 @@ class History:
             if slot.hole or (iso is RC and not slot.rc):
                 continue
             ident = slot.ru_ident if iso is RU and slot.ru_ident is not None else slot.ident
-            out.append(Read(off, ident, slot.txn_id, slot.abort))
+            out.append(Read(off, ident, slot.txn_id, slot.abort, slot.size, slot.index))
         return out
 
 
@@ -450,6 +483,7 @@ def answer_refetches(ck: Checker, log: Any, rounds: int = 5) -> None:
 
 
 def audit_input(h: History) -> dict:
-    return {iso: {(TOPIC, p): [(r.offset, r.ident, r.txn_id, r.intended_abort) for r in h.reads(iso, p)]
+    return {iso: {(TOPIC, p): [(r.offset, r.ident, r.txn_id, r.intended_abort, r.txn_size, r.txn_index)
+                               for r in h.reads(iso, p)]
                   for p in range(h.partitions)}
             for iso in (RC, RU)}

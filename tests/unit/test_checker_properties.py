@@ -98,15 +98,16 @@ def test_anomalies_within_the_horizon_are_found_far_into_a_partition(kind):
     assert history_counts(live.counts) == EFFECTS[kind]
 
 
-def _encoded(ident, txn_id: int, intended_abort: bool = False) -> bytes:
-    """The bytes a reader would get for a record of the history."""
+def _encoded(ident, txn_id: int, intended_abort: bool = False, size: int = 0, index: int = 0) -> bytes:
+    """The bytes a reader would get for a record of the history (a transactional record whose
+    history gives no size: size 2, index 0)."""
     from monitor import record_format
 
     if ident[0] == "x":
         return f"foreign-{ident[1]}".encode()
     flags = (record_format.FLAG_TRANSACTIONAL if txn_id else 0) | (record_format.FLAG_INTENDED_ABORT if intended_abort else 0)
     return record_format.encode(record_format.CanaryRecord(ident[0], ident[1], ident[2], 1, txn_id,
-                                                           2 if txn_id else 0, 0, flags), 64)
+                                                           (size or 2) if txn_id else 0, index, flags), 64)
 
 
 @given(seed=st.integers(0, 2**32 - 1), partitions=st.integers(1, 3),
@@ -126,8 +127,8 @@ def test_through_the_batch_adapter_on_arrow_tables(seed, partitions, incidents):
     h = build(partitions, incidents, SETTLE, rng)
     rows = [(SRC_LEDGER, "ledger", 0, i, encode(e)) for i, e in enumerate(h.ledger)]
     for src, iso in ((0, RC), (1, RU)):
-        rows += [(src, "canary", p, r.offset, _encoded(r.ident, r.txn_id, r.intended_abort)) for p in range(partitions)
-                 for r in h.reads(iso, p)]
+        rows += [(src, "canary", p, r.offset, _encoded(r.ident, r.txn_id, r.intended_abort, r.txn_size, r.txn_index))
+                 for p in range(partitions) for r in h.reads(iso, p)]
     rng.shuffle(rows)
     rows.sort(key=lambda r: (r[0], r[2], r[3]))  # each source's partitions stay in offset order
     streams: dict = {}
@@ -149,7 +150,8 @@ def test_through_the_batch_adapter_on_arrow_tables(seed, partitions, incidents):
 
     def log(iso, p):  # the re-fetch reads bytes and decodes them like the runtime's re-fetcher
         reads = h.reads(iso, p)
-        decoded, _mal, _ts = to_reads([r.offset for r in reads], [_encoded(r.ident, r.txn_id, r.intended_abort) for r in reads])
+        decoded, _mal, _ts = to_reads([r.offset for r in reads], [_encoded(r.ident, r.txn_id, r.intended_abort,
+                                                                           r.txn_size, r.txn_index) for r in reads])
         return decoded
 
     answer_refetches(checker, log)

@@ -69,3 +69,90 @@ def test_a_transaction_partly_below_the_log_start_is_not_judged():
     s.read(RU, *honest(5, 7), (8, rec(1)), *honest(9, 14), txn={8: 1})
     found, ck = s.run(log_start=5)
     assert found == {} and ck.expired_unread == 2  # the deleted write, in each reader
+
+
+def test_a_transaction_in_a_rewritten_log_waits_for_the_re_read_before_it_is_judged():
+    """The reader read offsets 0-12 of partition 0; the broker came back empty and the new log
+    reuses them: a committed transaction acknowledged at 3 (new log) and 4 on partition 1. The
+    reader's memory of 3 holds the old record, and the acknowledgement going backwards (the writer
+    had an ack at 9) says so: the verdict waits for the re-read, which finds the record — whole,
+    not partial (found live in a wiped-partition run: 10 false partial_txn the audit did not count)."""
+    from invariants.checker import Checker
+    from invariants.ledger_format import Intent, OutcomeRun, Outcomes, TxnEnd, TxnInfo, WriteOutcome, WriteRange
+    from invariants.model import Read
+    from tests.unit.invariants.tiny import SETTINGS, TID, answer_refetches
+
+    s = Story().acked(0, 9)  # seq 0 at 9 of the old log
+    old = [Read(o, rec(0) if o == 9 else (7, 1, o)) for o in range(13)]
+    new = {0: [Read(o, rec(1), 1) if o == 3 else Read(o, (8, 1, o)) for o in range(13)],
+           1: [Read(o, rec(2), 1) if o == 4 else Read(o, (9, 1, o)) for o in range(11)]}
+    ck = Checker(SETTINGS)
+    ck.apply_ledger(s.entries)
+    for iso in (RC, RU):
+        ck.apply_reads(iso, TID, 0, old)
+    ck.settle()
+    seen = len(s.entries)
+    s.entry(Intent(TID, (WriteRange(0, 1, 1), WriteRange(1, 2, 1)), TxnInfo(1, 2, False)))
+    s.entry(Outcomes(TID, (OutcomeRun(0, 1, 1, WriteOutcome.ACKED, 3, 1, 2),
+                           OutcomeRun(1, 2, 1, WriteOutcome.ACKED, 4, 1, 2))))
+    s.entry(TxnEnd(1, TxnOutcome.COMMITTED))
+    ck.apply_ledger(s.entries[seen:])
+    for iso in (RC, RU):
+        ck.apply_reads(iso, TID, 1, new[1])
+    ck.settle()
+    found = {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n}
+    assert ("partial_txn", "read_committed") not in found  # waiting for the re-read
+    answer_refetches(ck, lambda iso, p: new[p])
+    found = {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n}
+    assert ("partial_txn", "read_committed") not in found, found
+    assert ("lost_write", "read_committed") in found  # seq 0 went with the old log
+
+
+# -- torn by the headers: transactions whose intent the ledger does not hold ----------------------
+
+def _headed_story(t2_visible: set[int], t3_on: tuple[int, ...] = (0, 1), t3_intent: bool = True):
+    """Writer transactions T1 (intent, committed: offset 3 of partitions 0 and 1), T2 (no intent: a
+    ledger read from the middle; size 3, indexes 0 and 2 on partition 0 at 4 and 5, index 1 on
+    partition 1 at 4) and T3 (committed, at 6 and 5 of the partitions in ``t3_on``). read_committed
+    sees T2's indexes in ``t2_visible``; read_uncommitted sees all of it."""
+    from invariants.ledger_format import Intent, OutcomeRun, Outcomes, TxnEnd, TxnInfo, WriteOutcome, WriteRange
+    from invariants.model import Read
+    from tests.unit.invariants.tiny import TID
+
+    s = Story()
+
+    def txn(txn_id: int, offsets: dict[int, int], seq: int) -> None:
+        s.entry(Intent(TID, tuple(WriteRange(p, seq, 1) for p in offsets), TxnInfo(txn_id, len(offsets), False)))
+        s.entry(Outcomes(TID, tuple(OutcomeRun(p, seq, 1, WriteOutcome.ACKED, o, 1, 2) for p, o in offsets.items())))
+        s.entry(TxnEnd(txn_id, TxnOutcome.COMMITTED))
+
+    txn(1, {0: 3, 1: 3}, 0)
+    t3 = {p: {0: 6, 1: 5}[p] for p in t3_on}
+    if t3_intent:
+        txn(3, t3, 3)
+    t2 = {0: [(4, 1, 0), (5, 2, 2)], 1: [(4, 1, 1)]}  # partition -> (offset, seq, index)
+    for iso in (RC, RU):
+        for p in (0, 1):
+            reads = [Read(o, (5, 1, o)) for o in range(3)] + [Read(3, rec(0), 1, False, 2, p)]
+            reads += [Read(o, rec(seq), 2, False, 3, i) for o, seq, i in t2[p] if iso is RU or i in t2_visible]
+            if p in t3:
+                reads.append(Read(t3[p], rec(3), 3, False, len(t3), p))
+            top = max(r.offset for r in reads)
+            reads += [Read(o, (5, 1, o)) for o in range(top + 1, top + 6)]
+            s.reads[iso][p] = reads
+    return s
+
+
+def test_a_transaction_without_intent_seen_in_part_is_torn_by_its_headers():
+    found, ck = _headed_story({0, 1}).run()
+    assert found == {("partial_txn", "read_committed"): 1}
+    assert {(inv.value, d.value) for (inv, _iso, d), n in ck.counts.items() if n} == {("partial_txn", "unknown")}
+
+
+def test_a_whole_transaction_without_intent_is_fine():
+    assert _headed_story({0, 1, 2}).run()[0] == {}
+
+
+def test_no_verdict_without_a_later_transaction_read_on_every_partition_or_a_later_intent():
+    assert _headed_story({0, 1}, t3_on=(0,)).run()[0] == {}  # partition 1: nothing read after T2
+    assert _headed_story({0, 1}, t3_intent=False).run()[0] == {}  # T2's intent may still come
