@@ -151,6 +151,8 @@ class Checker(TopicLifecycle):
             view_key = ViewKey(iso, topic_id, partition)
             for pending in (self.acked.candidates, self.sequence.candidates):
                 pending.below_log_start(view_key, offset)
+            if view_key in self.suspects:  # nothing below the log start can be read again either
+                self.suspects[view_key] = subtract(self.suspects[view_key], 0, offset)
 
     def suspect(self, topic_id: str, partition: int, lo: int, hi: int) -> None:
         """Evidence that [lo, hi) may have been rewritten (a high watermark that went backwards):
@@ -277,7 +279,7 @@ class Checker(TopicLifecycle):
         self.sink.extend(self.txns.judge(self.view, lambda tid, p: self.log_start.get((tid, p), 0),
                                          self.topics.gone, self._unsettled))
         self.sink.extend(self.txns.judge_headers(
-            lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}))
+            lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}, self.view))
         for key in self._dirty:
             v = self.views[key]
             v.forget(self.settings.horizon_offsets)

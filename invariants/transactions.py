@@ -52,8 +52,9 @@ the ledger holds the intent of a later transaction of W (so T's intent is missin
 read_committed has read, on every partition of the topic it reads, records of an earlier and of a
 later transaction of W (W's transactions are sequential: T's records there lie between, and are
 all read), T is ``partial_txn`` when it saw some, but fewer than the size, of T's distinct
-indexes. Never for records flagged intended-abort. Its class is the one the ledger gives it (an
-outcome entry), else unknown. Counted once per transaction.
+indexes. Never for records flagged intended-abort, nor for a transaction the ledger says was
+aborted. Its class is the one the ledger gives it (an outcome entry), else unknown. Counted once
+per transaction; forgotten, judged or not, once both readers are a horizon past its records.
 
 **Classes.** ``guaranteed`` on a durable topic (replication factor >= 3, ``min.insync.replicas``
 >= 2, no unclean election), else ``at_risk`` (:mod:`invariants.promises`).
@@ -78,6 +79,7 @@ from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
 from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
 from invariants.read_index import PartitionView
+from invariants.txn_headers import judge_by_headers, read_past
 
 DECIDED_FOR_PARTIAL = (TxnOutcome.COMMITTED, TxnOutcome.INDETERMINATE)
 
@@ -261,6 +263,8 @@ class TransactionsFamily:
                 if t.judged and not t.partial_counted:
                     t.judged = False
                     self.judge_queue.add(t.key)
+                    if not t.writes:  # judged by its headers: again so
+                        self.headed.add(t.key)
 
     @staticmethod
     def _aborted_read(t: TxnTrack, wkey: WriteKey, off: int) -> list[Violation]:
@@ -322,34 +326,24 @@ class TransactionsFamily:
             del self.txns[tkey]
         return out
 
-    def judge_headers(self, partitions: Callable[[str], Container[int] | Any]) -> list[Violation]:
+    def judge_headers(self, partitions: Callable[[str], Container[int] | Any],
+                      view: Callable[[Isolation, str, int], PartitionView]) -> list[Violation]:
         """Transactions without an intent, judged from their records' headers (see the module doc).
-        ``partitions(topic_id)``: the partitions read_committed reads of that topic."""
+        ``partitions(topic_id)``: the partitions read_committed reads of that topic. Kept (so a
+        re-read of their records does not judge them twice) until both readers are a horizon past
+        them, then forgotten, judged or not."""
         out: list[Violation] = []
         for tkey in sorted(self.headed):
             t = self.txns.get(tkey)
-            if t is None or t.writes or t.judged or not t.rc_reads:
+            if t is None or t.writes or not t.rc_reads:
                 self.headed.discard(tkey)  # gone, or its intent is known: judged as above
                 continue
-            w = (tkey.writer_id, tkey.inc)
-            if self.intents_up_to.get(w, 0) <= tkey.txn_id:
-                continue  # its intent may still come
-            tid = min(t.rc_reads).topic_id
-            spans = [self.spans.get((*w, tid, p)) for p in partitions(tid)]
-            if not spans or not all(sp is not None and sp[0] < tkey.txn_id < sp[1] for sp in spans):
-                continue  # read_committed has not read around it everywhere yet
-            self.headed.discard(tkey)
-            t.judged = True
-            visible = len({t.indexes[wk] for wk in t.rc_reads if wk in t.indexes})
-            if not t.intended_abort and 0 < visible < t.size:
-                t.partial_counted = True
-                first = min(t.rc_reads)
-                out.append(Violation(Invariant.PARTIAL_TXN, RC, first.topic_id, first.partition,
-                                     tuple(sorted(t.rc_reads.values())), (tkey.writer_id, tkey.inc),
-                                     txn_id=tkey.txn_id, detail=f"{visible} of {t.size} records visible (by the "
-                                     f"records' headers: the ledger has no intent of it)",
-                                     durability=t.cls.txn.durability, reason=t.cls.txn.reason,
-                                     writer_name=t.cls.writer))
+            if not t.judged:
+                out.extend(judge_by_headers(t, self.intents_up_to, self.spans, partitions))
+            if read_past(t, view, self.horizon):
+                self.headed.discard(tkey)
+                self.judge_queue.discard(tkey)
+                del self.txns[tkey]
         return out
 
     def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:

@@ -1,31 +1,36 @@
 """The audit's ``lso_stuck``: the (transaction, partition) pairs the ledger and the final log show
 holding a partition's last stable offset back for longer than the threshold.
 
-Live, ``lso_stuck`` is what the prober lists: an LSO frozen below a high watermark that moves on
-(:mod:`invariants.liveness`). The ledger says when a transaction began and ended, but a transaction
-that stays open does not by itself hold any LSO back: its records must be in the partition's log,
-and the log must grow past them while it is open. So a canary transaction T of writer W counts on
+Live, ``lso_stuck`` is what the prober lists: an LSO frozen below a high watermark
+(:mod:`invariants.liveness`) — from the moment a transaction's first record on a partition is
+replicated (the high watermark passes it while the LSO stays at it) until its marker. The ledger
+says when a transaction began and ended, but a transaction that stays open does not by itself hold
+any LSO back: its records must be in the partition's log. So a canary transaction T counts on
 partition p when
 
-- T's first record on p (its acknowledged offset there) is in the final log (read_uncommitted);
-- another write was acknowledged on p above T's records there while T was open, its
-  acknowledgement's ledger entry appended at least ``threshold_s`` before T ended — the high
-  watermark was past T's first record for that long while T held the LSO at it (only
-  acknowledgements from T's own time count: a log rewritten under T reuses offsets);
-- T's writes are the ones its ``intent`` names (their acknowledgements need not say the
-  transaction);
-- T ended when its ``txn_end`` entry says committed or aborted; an ``indeterminate`` end (the call
-  never returned, the producer is replaced) or none at all ends when W's next ``intent`` was
-  written (the new producer's ``init_transactions`` fenced the old one and completed what it left
-  open). Without either, T's end is unknown and it is not counted.
+- T's writes are the ones its ``intent`` names, and T's first record on p (its acknowledged offset
+  there) is in the final log (read_uncommitted);
+- T ended with ``committed`` or ``aborted`` (the call returned; the ledger entry's time is its end);
+- an acknowledgement on p at or above T's first record — T's own, or any other write's, whose record
+  the final log holds at that offset — arrived inside T's open time and more than ``threshold_s``
+  before T's end: from then on the high watermark was past T's first record while T held the LSO
+  at it. When it arrived is the outcome entry's append time less how long the writer held the
+  outcome before writing it (``done_ts_us`` to the entry's own time: a difference on the writer's
+  clock, so its skew cancels) — the transactional writer writes its outcomes only after the
+  commit or abort returned.
 
-All times are the ledger's append times (the brokers' clock). What this leaves out on purpose, and
-what live also cannot see: a transaction whose records never reached a partition (its leader away:
-the producer still holds them) and one whose records vanished with the partition (a broker back
-empty) held no LSO there. The two sides measure one hang with different instruments — the prober
-lists every few seconds, the ledger records an acknowledgement when the writer flushes its outcomes
-— so they agree exactly for hangs well away from the threshold; one within a listing interval of it
-may be counted by one side only.
+All times are the ledger's append times (the brokers' clock). Left out on purpose, because the
+ledger cannot say when they released the LSO: transactions that ended ``indeterminate`` (the call
+never returned; the coordinator may have written the markers long before, or only when a new
+producer fenced the old one) and transactions without an end (a writer killed). Their hangs are
+live only. Also live only: a hang that outlasts the end the ledger records (a marker delayed by a
+leader that is away). A transaction whose records never reached a partition (its leader away: the
+producer still holds them), or vanished with it (a broker back empty), held no LSO there, live or
+here. Live counts episodes per partition, this counts transactions per partition: two transactions
+hanging at once on one partition are one episode live. The two sides measure one hang with
+different instruments — the prober lists every few seconds, the ledger records an acknowledgement
+when a writer flushes its outcomes — so they agree exactly for hangs well away from the threshold;
+one within a listing interval of it may be counted by one side only.
 """
 
 from __future__ import annotations
@@ -44,64 +49,52 @@ TxnRef = tuple[int, int, int]  # writer_id, incarnation, txn id
 def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_reads: Reads) -> int:
     """How many (transaction, partition) pairs held the LSO back longer than ``threshold_s``."""
     begun: dict[TxnRef, tuple[str, int]] = {}  # -> (topic_id, intent time)
-    ended: dict[TxnRef, int] = {}
-    waiting_for_next_intent: dict[int, list[TxnRef]] = defaultdict(list)  # writer_id -> indeterminate
+    ended: dict[TxnRef, int] = {}  # committed or aborted: when the call returned
     txn_of: dict[tuple[int, int, int, int], TxnRef] = {}  # (writer_id, inc, partition, seq) -> its transaction
-    first_own: dict[tuple[TxnRef, int], int] = {}  # (T, partition) -> T's lowest acked offset there
-    # (topic_id, partition) -> [(ledger time, last offset, transaction or None)]
-    acks: dict[tuple[str, int], list[tuple[int, int, TxnRef | None]]] = defaultdict(list)
+    first_own: dict[tuple[TxnRef, int], tuple[int, tuple[int, int, int]]] = {}  # (T, p) -> its lowest ack there
+    # (topic_id, partition) -> [(ledger time, offset, (writer_id, inc, seq))], one per acknowledged write
+    acks: dict[tuple[str, int], list[tuple[int, int, tuple[int, int, int]]]] = defaultdict(list)
     for e in entries:
         body, wid, inc = e.body, e.writer.writer_id, e.writer.inc
-        if isinstance(body, Intent):
-            for t in waiting_for_next_intent.pop(wid, ()):
-                ended.setdefault(t, e.time_us)
-            if body.txn:
-                t = (wid, inc, body.txn.id)
-                begun.setdefault(t, (body.topic_id, e.time_us))
-                for w in body.writes:
-                    for seq in range(w.first_seq, w.first_seq + w.count):
-                        txn_of[(wid, inc, w.partition, seq)] = t
-        elif isinstance(body, TxnEnd):
-            t = (wid, inc, body.id)
-            if body.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED):
-                ended.setdefault(t, e.time_us)
-            else:
-                waiting_for_next_intent[wid].append(t)
+        if isinstance(body, Intent) and body.txn:
+            t = (wid, inc, body.txn.id)
+            begun.setdefault(t, (body.topic_id, e.time_us))
+            for w in body.writes:
+                for seq in range(w.first_seq, w.first_seq + w.count):
+                    txn_of[(wid, inc, w.partition, seq)] = t
+        elif isinstance(body, TxnEnd) and body.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED):
+            ended.setdefault((wid, inc, body.id), e.time_us)
         elif isinstance(body, Outcomes):
             for run in body.runs:
                 if run.outcome is not WriteOutcome.ACKED:
                     continue
+                # when the acknowledgement arrived, on the brokers' clock: the entry's append time
+                # less how long the writer held it (a difference on the writer's own clock)
+                acked_at = e.time_us - max(0, e.ts_us - run.done_ts_us)
+                for i in range(run.count):
+                    acks[(body.topic_id, run.partition)].append(
+                        (acked_at, run.first_offset + i, (wid, inc, run.first_seq + i)))
                 t = txn_of.get((wid, inc, run.partition, run.first_seq))  # a run is of one transaction
-                acks[(body.topic_id, run.partition)].append((e.time_us, run.first_offset + run.count - 1, t))
                 if t is not None:
                     key = (t, run.partition)
-                    first_own[key] = min(run.first_offset, first_own.get(key, run.first_offset))
-    in_log = _transactional_records_read(ru_reads)
+                    mine = (run.first_offset, (wid, inc, run.first_seq))
+                    first_own[key] = min(mine, first_own.get(key, mine))
+    held = {part: {r[0]: r[1] for r in recs} for part, recs in ru_reads.items()}  # offset -> ident
     for runs in acks.values():
         runs.sort(key=lambda r: r[0])
     times = {part: [r[0] for r in runs] for part, runs in acks.items()}
     count = 0
-    for (t, p), first in first_own.items():
+    for (t, p), (first, ident) in first_own.items():
         if t not in begun or t not in ended:
             continue
         tid, since = begun[t]
-        until = ended[t] - threshold_s * 1e6
-        if until <= since or (tid, p, first, t) not in in_log:
-            continue
-        # acknowledged while T was open, at least threshold_s before it ended, above T's first
-        # record there, not of T (a log rewritten under T reuses offsets: only acks of T's time count)
+        log = held.get((tid, p), {})
+        if log.get(first) != ident:
+            continue  # T's first record there is not in the final log
+        # acknowledged (the record still where it was acked) inside T's open time and more than
+        # threshold_s before T ended, at or above T's first record there
         runs, at = acks.get((tid, p), []), times.get((tid, p), [])
-        lo, hi = bisect.bisect_left(at, since), bisect.bisect_right(at, until)
-        if any(off > first and who != t for _ts, off, who in runs[lo:hi]):
+        lo, hi = bisect.bisect_left(at, since), bisect.bisect_left(at, ended[t] - threshold_s * 1e6)
+        if any(off >= first and log.get(off) == who for _ts, off, who in runs[lo:hi]):
             count += 1
     return count
-
-
-def _transactional_records_read(ru_reads: Reads) -> set[tuple[str, int, int, TxnRef]]:
-    """(topic_id, partition, offset, T) of every transactional canary record read."""
-    out: set[tuple[str, int, int, TxnRef]] = set()
-    for (tid, p), recs in ru_reads.items():
-        for off, ident, txn, *_rest in recs:
-            if txn and ident and ident[0] != "x":
-                out.add((tid, p, off, (ident[0], ident[1], txn)))
-    return out

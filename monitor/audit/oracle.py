@@ -333,7 +333,7 @@ def _torn_by_headers(res: AuditResult, book: LedgerBook, rc_reads: dict[tuple[st
                 spans[k] = (min(lo, txn_id), max(hi, txn_id))
     for key, (size, indexes) in headers.items():
         txn = book.txns.get(key)
-        if (txn is not None and txn.intent_seen) or key in meant_to_abort:
+        if (txn is not None and (txn.intent_seen or txn.outcome is TxnOutcome.ABORTED)) or key in meant_to_abort:
             continue
         if intents_up_to.get((key.writer_id, key.inc), 0) <= key.txn_id:
             continue

@@ -147,7 +147,12 @@ class WatchRuntime:
                 if name and self.topics.fresh_id(name) != w.topic_id:
                     continue  # the name points at another topic now: that ID cannot be read again
                 if name and not self.stop.is_set():
-                    results.append((w, self.refetcher.read_both(name, w.partition, w.lo, w.hi)))
+                    try:
+                        results.append((w, self.refetcher.read_both(name, w.partition, w.lo, w.hi)))
+                    except Exception as exc:  # noqa: BLE001 - this partition's leader away: it stays
+                        # wanted, and the other partitions' re-reads go on without it
+                        self.progress(f"re-fetch of {name}[{w.partition}] {w.lo}-{w.hi} failed: "
+                                      f"{type(exc).__name__}: {exc}")
             if not results:
                 return
             with self.lock:

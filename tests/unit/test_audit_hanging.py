@@ -1,5 +1,6 @@
-"""The audit's lso_stuck: a transaction counts on a partition only where its records are in the log
-and the log grew past them while it was open, for longer than the threshold (ledger append times)."""
+"""The audit's lso_stuck: a transaction counts on a partition where its records are in the final log
+and the high watermark was past its first record there (an acknowledgement at or above it) for more
+than the threshold before it ended (committed or aborted); times on the brokers' clock."""
 
 from __future__ import annotations
 
@@ -15,102 +16,93 @@ S = 1_000_000  # µs
 
 
 class Log:
+    """A ledger whose writers' clocks agree with the brokers' (entry time == append time), and the
+    final read_uncommitted log."""
+
     def __init__(self) -> None:
         self.entries: list[LedgerEntry] = []
         self.ru: dict = {}
 
     def at(self, t_s: float, writer: WriterRef, body) -> "Log":
-        self.entries.append(LedgerEntry(writer, len(self.entries), 0, body, append_ts_us=int(t_s * S)))
+        self.entries.append(LedgerEntry(writer, len(self.entries), int(t_s * S), body, append_ts_us=int(t_s * S)))
         return self
 
-    def txn_begins(self, t_s: float, txn: int, parts: dict[int, int], writer: WriterRef = TXN_W,
-                   later: dict[int, int] | None = None) -> "Log":
-        """Transaction ``txn`` with one record per partition acknowledged at ``parts[p]`` (its
-        acknowledgements do not name the transaction, as a drill's do not: the intent does), and
-        ``later`` ones of its intent not acknowledged yet (see :meth:`txn_acked_later`)."""
+    def txn(self, begin_s: float, txn: int, parts: dict[int, int], end_s: float | None,
+            outcome: TxnOutcome = TxnOutcome.COMMITTED, acked_s: float | None = None,
+            written_s: float | None = None, writer: WriterRef = TXN_W, in_log: tuple[int, ...] | None = None) -> "Log":
+        """Transaction ``txn``, one record per partition at ``parts[p]``, acknowledged at ``acked_s``
+        (default just after it began), its outcomes written at ``written_s`` (default: right away;
+        the canary writer writes them after the commit returned), ended at ``end_s`` (None: never).
+        ``in_log``: the partitions whose final log holds its record (default all)."""
+        acked_s = begin_s + 0.01 if acked_s is None else acked_s
+        written_s = acked_s if written_s is None else written_s
         seqs = {p: 100 * txn + p for p in parts}
-        more = tuple(WriteRange(p, 100 * txn + 50 + p, 1) for p in (later or {}))
-        self.at(t_s, writer, Intent(TID, tuple(WriteRange(p, seqs[p], 1) for p in parts) + more,
-                                    TxnInfo(txn, len(parts) + len(more), False)))
-        return self.at(t_s + 0.01, writer, Outcomes(TID, tuple(
-            OutcomeRun(p, seqs[p], 1, WriteOutcome.ACKED, off, 0, 0) for p, off in parts.items())))
-
-    def txn_acked_later(self, t_s: float, txn: int, p: int, offset: int, writer: WriterRef = TXN_W) -> "Log":
-        return self.at(t_s, writer, Outcomes(TID, (
-            OutcomeRun(p, 100 * txn + 50 + p, 1, WriteOutcome.ACKED, offset, 0, 0, txn_id=txn),)))
-
-    def in_log(self, txn: int, parts: dict[int, int], writer: WriterRef = TXN_W) -> "Log":
+        self.at(begin_s, writer, Intent(TID, tuple(WriteRange(p, seqs[p], 1) for p in parts),
+                                        TxnInfo(txn, len(parts), outcome is TxnOutcome.ABORTED)))
+        self.at(written_s, writer, Outcomes(TID, tuple(
+            OutcomeRun(p, seqs[p], 1, WriteOutcome.ACKED, off, 0, int(acked_s * S)) for p, off in parts.items())))
         for p, off in parts.items():
-            self.ru.setdefault((TID, p), []).append((off, (writer.writer_id, writer.inc, 100 * txn + p), txn, False))
+            if in_log is None or p in in_log:
+                self.ru.setdefault((TID, p), []).append((off, (writer.writer_id, writer.inc, seqs[p]), txn, False))
+        if end_s is not None:
+            self.at(end_s, writer, TxnEnd(txn, outcome))
         return self
 
-    def plain_acked(self, t_s: float, p: int, offset: int, seq: int) -> "Log":
+    def plain(self, t_s: float, p: int, offset: int, seq: int, in_log: bool = True) -> "Log":
+        """A write of another writer acknowledged at ``offset`` at ``t_s``."""
         self.at(t_s - 0.01, PLAIN_W, Intent(TID, (WriteRange(p, seq, 1),)))
-        return self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 0, 0),)))
-
-    def ends(self, t_s: float, txn: int, outcome: TxnOutcome = TxnOutcome.COMMITTED,
-             writer: WriterRef = TXN_W) -> "Log":
-        return self.at(t_s, writer, TxnEnd(txn, outcome))
+        self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 0, int(t_s * S)),)))
+        if in_log:
+            self.ru.setdefault((TID, p), []).append((offset, (PLAIN_W.writer_id, PLAIN_W.inc, seq), 0, False))
+        return self
 
     def count(self, threshold_s: float = 6.0) -> int:
         return hanging_transactions(self.entries, threshold_s, self.ru)
 
 
-def test_a_transaction_open_while_others_were_acked_past_it_counts_per_partition():
-    log = Log().txn_begins(0, 1, {0: 10, 1: 20}).in_log(1, {0: 10, 1: 20})
-    log.plain_acked(1, 0, 11, 1).plain_acked(1, 1, 21, 2)
-    assert log.ends(10, 1).count() == 2
+def test_a_transaction_held_open_after_its_records_were_replicated_counts_per_partition():
+    # the lso_stuck drill on a quiet topic: its own acknowledgements show the high watermark past it
+    assert Log().txn(0, 1, {0: 10, 1: 20}, end_s=10).count() == 2
 
 
-def test_a_short_wait_after_the_last_ack_above_does_not_count():
-    # acked past it at 5 s, ended at 10 s: the LSO was frozen with the log beyond it for 5 s < 6 s
-    log = Log().txn_begins(0, 1, {0: 10}).in_log(1, {0: 10}).plain_acked(5, 0, 11, 1)
-    assert log.ends(10, 1).count() == 0
-    assert log.count(threshold_s=4.0) == 1
+def test_one_that_ended_within_the_threshold_does_not():
+    assert Log().txn(0, 1, {0: 10}, end_s=5).count() == 0
+    assert Log().txn(0, 1, {0: 10}, end_s=6.01).count() == 0  # live needs more than the threshold too
+    assert Log().txn(0, 1, {0: 10}, end_s=6.02).count() == 1
 
 
-def test_a_transaction_open_long_with_nothing_written_past_it_held_nothing_back():
-    # open 60 s (a down leader stalled everyone), the log grew past it only afterwards
-    log = Log().txn_begins(0, 1, {0: 10}).in_log(1, {0: 10}).ends(60, 1).plain_acked(61, 0, 11, 1)
-    assert log.count() == 0
+def test_the_canary_writer_writes_outcomes_after_the_commit_and_their_ack_time_is_recovered():
+    # acknowledged at 0.01 s, written to the ledger only when the commit returned at 10 s
+    assert Log().txn(0, 1, {0: 10}, end_s=10, written_s=10).count() == 1
+    # acknowledged only at 5 s (its leader away until then), ended at 10 s: held 5 s
+    assert Log().txn(0, 1, {0: 10}, end_s=10, acked_s=5, written_s=10).count() == 0
 
 
 def test_records_that_vanished_with_their_partition_held_no_lso_there():
     # the broker of partition 0 came back empty: T's record there is not in the final log
-    log = Log().txn_begins(0, 1, {0: 10, 1: 20}).in_log(1, {1: 20})
-    log.plain_acked(1, 0, 11, 1).plain_acked(1, 1, 21, 2)
-    assert log.ends(30, 1).count() == 1
+    assert Log().txn(0, 1, {0: 10, 1: 20}, end_s=30, in_log=(1,)).count() == 1
 
 
-def test_the_transactions_own_records_do_not_count_as_the_log_growing():
-    log = Log().txn_begins(0, 1, {0: 10}, later={0: 11}).in_log(1, {0: 10}).txn_acked_later(0.02, 1, 0, 11)
-    assert log.ends(30, 1).count() == 0
-    log.plain_acked(2, 0, 12, 1)
-    assert log.count() == 1
-
-
-def test_an_indeterminate_end_lasts_until_the_writers_next_intent():
-    log = Log().txn_begins(0, 1, {0: 10}).in_log(1, {0: 10}).plain_acked(1, 0, 11, 1)
-    log.ends(3, 1, TxnOutcome.INDETERMINATE)
-    assert log.count() == 0  # no next intent: the end is unknown
-    log.txn_begins(20, 2, {0: 12}).ends(20.5, 2)  # the new producer fenced the old one by then
-    assert log.count() == 1
-    assert log.count(threshold_s=25.0) == 0
-
-
-def test_an_earlier_ack_by_another_transaction_counts_and_the_earliest_not_of_t_is_used():
-    other = WriterRef("u", 3, 1)
-    log = Log().txn_begins(0, 1, {0: 10}, later={0: 12}).in_log(1, {0: 10})
-    log.txn_begins(0.5, 7, {0: 11}, writer=other).in_log(7, {0: 11}, writer=other).ends(0.6, 7, writer=other)
-    log.txn_acked_later(0.7, 1, 0, 12)
-    assert log.ends(8, 1).count() == 1
-
-
-def test_acks_from_before_the_transaction_on_offsets_a_rewritten_log_reuses_do_not_count():
-    # offsets 11.. were acknowledged at 1 s in the old log; the partition came back empty and T
-    # (begun at 20 s) got offset 10 of the new one: those old acks say nothing about T's time
-    log = Log().plain_acked(1, 0, 11, 1).plain_acked(1, 0, 12, 2)
-    log.txn_begins(20, 1, {0: 10}).in_log(1, {0: 10}).ends(40, 1)
+def test_another_writes_acknowledgement_above_counts_when_the_transactions_own_came_late():
+    log = Log().txn(0, 1, {0: 10}, end_s=10, acked_s=9, written_s=10)
     assert log.count() == 0
-    log.plain_acked(25, 0, 11, 3)
+    log.plain(2, 0, 11, 1)
     assert log.count() == 1
+
+
+def test_an_acknowledgement_whose_record_the_final_log_does_not_hold_there_counts_not():
+    # offset 11 acked at 2 s in a log since rewritten: the final log holds another record there
+    log = Log().txn(0, 1, {0: 10}, end_s=10, acked_s=9, written_s=10).plain(2, 0, 11, 1, in_log=False)
+    assert log.count() == 0
+
+
+def test_acknowledgements_from_before_the_transaction_do_not_count():
+    log = Log().plain(1, 0, 11, 1).plain(1, 0, 12, 2)
+    log.txn(20, 1, {0: 10}, end_s=40, acked_s=39, written_s=40)
+    assert log.count() == 0
+
+
+def test_ends_the_ledger_cannot_place_are_live_only():
+    assert Log().txn(0, 1, {0: 10}, end_s=30, outcome=TxnOutcome.INDETERMINATE).count() == 0
+    assert Log().txn(0, 1, {0: 10}, end_s=None).count() == 0
+    assert Log().txn(0, 1, {0: 10}, end_s=30, outcome=TxnOutcome.ABORTED).count() == 1

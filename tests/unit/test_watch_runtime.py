@@ -166,3 +166,25 @@ def test_writes_below_the_log_start_the_prober_saw_are_expired_not_lost(runtime)
     rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)  # the lie claims offset 5
     assert lost(rt) == [0, 0]
     assert rt.published.expired_unread == {"log_start": 2}
+
+
+def test_a_partition_whose_re_read_fails_does_not_hold_up_the_others(runtime, monkeypatch):
+    """One partition's leader away (RF 1, its node down): its range stays wanted, and the other
+    partitions' re-reads are applied in the same round."""
+    from invariants.checker import Refetch
+    from monitor.watch.refetch import RangeRead
+
+    rt = runtime()
+    wanted = [Refetch(TID, 0, 0, 5), Refetch(TID, 1, 0, 5)]
+    monkeypatch.setattr(rt.state.checker, "refetch_wanted", lambda: wanted)
+
+    def read_both(name, partition, lo, hi):
+        if partition == 0:
+            raise TimeoutError("leader away")
+        return {iso: RangeRead([], lo, hi) for iso in (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED)}
+
+    applied = []
+    monkeypatch.setattr(rt.refetcher, "read_both", read_both)
+    monkeypatch.setattr(rt.state.checker, "apply_refetched", lambda iso, tid, p, reads, covered: applied.append(p))
+    rt.service_refetches()
+    assert applied == [1, 1] and rt.state.refetches == 1

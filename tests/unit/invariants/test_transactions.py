@@ -102,6 +102,7 @@ def test_a_transaction_in_a_rewritten_log_waits_for_the_re_read_before_it_is_jud
     ck.settle()
     found = {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n}
     assert ("partial_txn", "read_committed") not in found  # waiting for the re-read
+    assert ck.refetch_wanted()  # of partition 0, 3-10
     answer_refetches(ck, lambda iso, p: new[p])
     found = {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n}
     assert ("partial_txn", "read_committed") not in found, found
@@ -110,7 +111,8 @@ def test_a_transaction_in_a_rewritten_log_waits_for_the_re_read_before_it_is_jud
 
 # -- torn by the headers: transactions whose intent the ledger does not hold ----------------------
 
-def _headed_story(t2_visible: set[int], t3_on: tuple[int, ...] = (0, 1), t3_intent: bool = True):
+def _headed_story(t2_visible: set[int], t3_on: tuple[int, ...] = (0, 1), t3_intent: bool = True,
+                  t2_end: TxnOutcome | None = None):
     """Writer transactions T1 (intent, committed: offset 3 of partitions 0 and 1), T2 (no intent: a
     ledger read from the middle; size 3, indexes 0 and 2 on partition 0 at 4 and 5, index 1 on
     partition 1 at 4) and T3 (committed, at 6 and 5 of the partitions in ``t3_on``). read_committed
@@ -127,6 +129,8 @@ def _headed_story(t2_visible: set[int], t3_on: tuple[int, ...] = (0, 1), t3_inte
         s.entry(TxnEnd(txn_id, TxnOutcome.COMMITTED))
 
     txn(1, {0: 3, 1: 3}, 0)
+    if t2_end is not None:  # the ledger holds T2's outcome, not its intent
+        s.entry(TxnEnd(2, t2_end))
     t3 = {p: {0: 6, 1: 5}[p] for p in t3_on}
     if t3_intent:
         txn(3, t3, 3)
@@ -156,3 +160,42 @@ def test_a_whole_transaction_without_intent_is_fine():
 def test_no_verdict_without_a_later_transaction_read_on_every_partition_or_a_later_intent():
     assert _headed_story({0, 1}, t3_on=(0,)).run()[0] == {}  # partition 1: nothing read after T2
     assert _headed_story({0, 1}, t3_intent=False).run()[0] == {}  # T2's intent may still come
+
+
+def test_a_transaction_the_ledger_says_was_aborted_is_not_torn_by_its_headers():
+    found, _ck = _headed_story({0, 1}, t2_end=TxnOutcome.ABORTED).run()
+    assert found == {("aborted_read", "read_committed"): 2}
+    found, _ck = _headed_story({0, 1}, t2_end=TxnOutcome.COMMITTED).run()
+    assert found == {("partial_txn", "read_committed"): 1}
+
+
+def test_a_transaction_judged_by_its_headers_is_forgotten_once_both_readers_are_a_horizon_past():
+    from tests.unit.invariants.tiny import SETTINGS, TID
+    from invariants.model import Read
+
+    _found, ck = _headed_story({0, 1}).run()
+    assert any(k.txn_id == 2 for k in ck.txns.txns)
+    top = SETTINGS.horizon_offsets + 20
+    for iso in (RC, RU):
+        for p in (0, 1):
+            ck.apply_reads(iso, TID, p, [Read(o, (5, 1, o)) for o in range(11, top)])
+    ck.settle()
+    assert not any(k.txn_id == 2 for k in ck.txns.txns) and not ck.txns.headed
+    assert {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n} == {
+        ("partial_txn", "read_committed")}  # counted once, not again
+
+
+def test_a_suspected_rewrite_below_the_log_start_is_waited_for_no_longer():
+    from invariants.checker import Checker
+    from invariants.model import Read
+    from tests.unit.invariants.tiny import SETTINGS, TID
+
+    ck = Checker(SETTINGS)
+    for iso in (RC, RU):
+        ck.apply_reads(iso, TID, 0, [Read(o, (7, 1, o)) for o in range(13)])
+    ck.suspect(TID, 0, 3, 10)
+    assert [(w.lo, w.hi) for w in ck.refetch_wanted()] == [(3, 10)]
+    ck.set_log_start(TID, 0, 8)
+    assert [(w.lo, w.hi) for w in ck.refetch_wanted()] == [(8, 10)]
+    ck.set_log_start(TID, 0, 10)
+    assert ck.refetch_wanted() == []
