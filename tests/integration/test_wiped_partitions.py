@@ -6,9 +6,11 @@ keep them on the others."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
+from monitor.chaos.verdict import vanished_beyond_audit
 from monitor.clients import admin, describe_topic, watermarks
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
@@ -32,7 +34,7 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     run = Background(path, "run", "--json", name="run")
     try:
         wait_for(lambda: metrics_up(port), 120, "the first batch")
-        time.sleep(15)
+        time.sleep(8)  # every partition holds acked writes and transactions by then
         info = describe_topic(client, cfg.canary.name)
         node = info.leaders[0]
         wiped = sorted(p for p, leader in info.leaders.items() if leader == node)
@@ -63,10 +65,16 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     live = {k: n for k, n in everything.items() if k[0] in HISTORY}
     report = vigil_json(path, "audit")
     audit = nonzero(audit_counts(report))
+    # acked writes read at their offset and gone from it later, where the final log does not reach
+    # past their settle window (the restarted log has not grown back that far): live saw them read,
+    # the audit leaves them undecided — matched write by write, as `vigil chaos` does
+    evidence = [json.loads(line) for line in cfg.evidence_path().read_text().splitlines()]
+    for (inv, iso, _d), n in vanished_beyond_audit(evidence, report["undecided_writes"]).items():
+        audit[(inv, iso)] = audit.get((inv, iso), 0) + n
     # every acknowledged write the wiped partitions held is gone: lost in both readers, and the
     # audit (which reads only the final log) finds the same writes missing
-    assert live[("lost_write", "read_committed")] == audit[("lost_write", "read_committed")] > 0
-    assert live[("lost_write", "read_uncommitted")] == audit[("lost_write", "read_uncommitted")] > 0
+    assert live[("lost_write", "read_committed")] == audit[("lost_write", "read_committed")] > 0, report["undecided"]
+    assert live[("lost_write", "read_uncommitted")] == audit[("lost_write", "read_uncommitted")] > 0, report["undecided"]
     lost = report["examples"]["lost_write/read_uncommitted"]
     assert {e["partition"] for e in lost} <= set(wiped)
     # whatever Kafka does with the reused offsets, live and audit agree on what the final log
