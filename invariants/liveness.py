@@ -1,10 +1,11 @@
 """Liveness family: ``stalled_poll``, ``lso_stuck``, ``producer_stalled``.
 
 These are judged on time, not on history, so the offline audit cannot recompute them exactly.
-For ``lso_stuck`` it counts what the ledger and the final log show: a transaction whose records
-are in a partition's log, open while another write there was acknowledged above them, for longer
-than the threshold (:mod:`monitor.audit.hanging`); a transaction whose records never reached a
-partition, or vanished with it, held no LSO there, live or in the audit. Each is an *episode*: it starts when the condition first holds, is counted once
+For ``lso_stuck`` it counts what the ledger and the final log show: a transaction whose first
+record on a partition is in the final log and was acknowledged (the high watermark past it) more
+than the threshold before the transaction committed or aborted (:mod:`monitor.audit.hanging`); a
+transaction whose records never reached a partition, or vanished with it, held no LSO there, live
+or in the audit. Each is an *episode*: it starts when the condition first holds, is counted once
 when it has held for longer than its threshold, and ends when the condition clears; the
 gauge ``vigil_stalled`` shows the episodes currently open.
 

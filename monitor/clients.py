@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
@@ -64,17 +64,28 @@ MOVING_LEADERSHIP = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_
                      KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
 
 
-def watermarks(client: Consumer, topic: str, partition: int, within_s: float = 60.0) -> tuple[int, int]:
-    """A partition's (low, high) watermarks, asked again for up to within_s while its leadership
-    moves (a broker restarting, a preferred-leader election): the answer is only late, not wrong."""
+T = TypeVar("T")
+
+
+def _asked_again(call: Callable[[], T], worth_retrying: Callable[[KafkaError], bool], within_s: float,
+                 pause_s: float) -> T:
+    """``call()``, asked again every ``pause_s`` for up to ``within_s`` while it raises an error
+    ``worth_retrying``; any other error, or the last one, is raised."""
     deadline = time.monotonic() + within_s
     while True:
         try:
-            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            return call()
         except KafkaException as exc:
-            if exc.args[0].code() not in MOVING_LEADERSHIP or time.monotonic() > deadline:
+            if not worth_retrying(exc.args[0]) or time.monotonic() > deadline:
                 raise
-            time.sleep(0.5)
+            time.sleep(pause_s)
+
+
+def watermarks(client: Consumer, topic: str, partition: int, within_s: float = 60.0) -> tuple[int, int]:
+    """A partition's (low, high) watermarks, asked again for up to within_s while its leadership
+    moves (a broker restarting, a preferred-leader election): the answer is only late, not wrong."""
+    return _asked_again(lambda: client.get_watermark_offsets(TopicPartition(topic, partition), timeout=10),
+                        lambda err: err.code() in MOVING_LEADERSHIP, within_s, 0.5)
 
 
 @dataclass(frozen=True)
@@ -116,17 +127,11 @@ def describe_partitions(client: AdminClient, name: str, timeout: float = 10.0,
     """partition -> leader, replicas and ISR as the cluster describes them now; asked again for up
     to within_s while the answer is a timeout or a retriable error (librdkafka sends DescribeTopics
     to the node metadata names as controller, which may be the broker just killed)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            futures = client.describe_topics(TopicCollection([name]), request_timeout=timeout)
-            desc = futures[name].result(timeout=timeout + 5)
-            break
-        except KafkaException as exc:
-            err = exc.args[0]
-            if not (err.retriable() or err.code() in MOVING_LEADERSHIP) or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    def ask() -> Any:
+        futures = client.describe_topics(TopicCollection([name]), request_timeout=timeout)
+        return futures[name].result(timeout=timeout + 5)
+
+    desc = _asked_again(ask, lambda err: err.retriable() or err.code() in MOVING_LEADERSHIP, within_s, 1.0)
     return {p.id: PartitionView(p.leader.id if p.leader is not None else -1, tuple(r.id for r in p.replicas),
                                 tuple(r.id for r in p.isr)) for p in desc.partitions}
 

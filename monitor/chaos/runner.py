@@ -78,12 +78,17 @@ def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metr
     return parse(data, str(path))
 
 
+def quiet_admin(cfg: Config) -> AdminClient:
+    """A fresh admin client, for one question: a long-lived one keeps asking the node its metadata
+    named controller, which may be the broker just killed, and a call stuck on a dead broker is left
+    behind with it. Quiet: brokers going away is the point here, and librdkafka would say so on
+    stderr each time."""
+    return AdminClient({**client_config.admin(cfg), "log_level": 2})
+
+
 def resolver(cfg: Config, cluster: LocalCluster) -> Resolver:
     def admin() -> AdminClient:
-        # A fresh client per question: a long-lived one keeps asking the node its metadata named
-        # controller, which may be the broker just killed. Quiet: brokers going away is the point
-        # here, and librdkafka would say so on stderr each time.
-        return AdminClient({**client_config.admin(cfg), "log_level": 2})
+        return quiet_admin(cfg)
 
     def describe(topic: str) -> dict[int, clients.PartitionView]:
         return clients.describe_partitions(admin(), topic, within_s=60.0)
@@ -133,9 +138,8 @@ class Runner:
                 f"{scenario.name} needs Eligible Leader Replicas {scenario.elr}, and this cluster has it {result.elr} "
                 f"(KIP-966 changes which replica an election may pick); format a cluster with "
                 f"cluster.eligible_leader_replicas: {str(scenario.elr == 'on').lower()}")
-        def leaders() -> dict[int, int]:  # a client per call: one stuck on a dead broker is left behind
-            admin = AdminClient({**client_config.admin(cfg), "log_level": 2})
-            return {p: v.leader for p, v in clients.describe_partitions(admin, cfg.canary.name, 3.0).items()}
+        def leaders() -> dict[int, int]:
+            return {p: v.leader for p, v in clients.describe_partitions(quiet_admin(cfg), cfg.canary.name, 3.0).items()}
 
         sampler = Sampler(f"http://127.0.0.1:{self.metrics_port}/metrics", leaders, run_dir / "timeline.jsonl")
         sampler.started = result.started_at
