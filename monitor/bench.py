@@ -8,7 +8,9 @@ Over one pre-filled topic of canary records (with their ledger, as a real writer
 
 Each figure counts every isolation level's read (so 2 × records). (b) and (c) run with the
 ``availableNow`` trigger and ``watch.max_offsets_per_trigger``. Peak RSS is sampled over this
-process and its children (the Spark driver JVM; foreachBatch runs no Python workers).
+process and its children (the Spark driver JVM, the Python workers that decode on the executors)
+and, with ``--standalone N``, the standalone cluster's daemons and executor JVMs; CPU seconds per
+million reads over the same processes are steadier on a noisy machine than the rates.
 """
 
 from __future__ import annotations
@@ -56,18 +58,43 @@ class BenchResult:
 
 
 class PeakRss:
-    """Samples the RSS of this process plus its children until stopped."""
+    """Samples the RSS of this process plus its children (and ``extra`` processes: a standalone
+    Spark cluster's daemons and executors) until stopped; also the CPU seconds they used meanwhile."""
 
-    def __init__(self, interval: float = 0.25) -> None:
+    def __init__(self, interval: float = 0.25, extra: Callable[[], list[int]] = list) -> None:
         self.peak = 0
+        self.cpu_seconds = 0.0
+        self._extra = extra
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
-    def _run(self, interval: float) -> None:
+    def _tree(self) -> list[psutil.Process]:
         me = psutil.Process()
+        out = [me, *me.children(recursive=True)]
+        for pid in self._extra():
+            try:
+                root = psutil.Process(pid)
+                out += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                pass
+        return out
+
+    def _cpu(self) -> float:
+        """CPU seconds of the tree, children already reaped included (a Python worker that exited
+        counts in its parent's ``children_*``)."""
+        total = 0.0
+        for p in self._tree():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self, interval: float) -> None:
         while not self._stop.is_set():
             total = 0
-            for p in [me, *me.children(recursive=True)]:
+            for p in self._tree():
                 try:
                     total += p.memory_info().rss
                 except psutil.Error:
@@ -76,12 +103,19 @@ class PeakRss:
             self._stop.wait(interval)
 
     def __enter__(self) -> "PeakRss":
+        self._cpu_start = self._cpu()
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: Any) -> None:
+        self.cpu_seconds = self._cpu() - self._cpu_start
         self._stop.set()
         self._thread.join()
+
+    def figures(self, reads: int, seconds: float) -> dict[str, float]:
+        return {"reads": reads, "seconds": round(seconds, 2), "records_per_s": round(reads / seconds),
+                "peak_rss_mb": round(self.peak / 2**20),
+                "cpu_s_per_m_reads": round(self.cpu_seconds / max(reads, 1) * 1e6, 2)}
 
 
 def _values(writer_id: int, inc: int, first_seq: int, count: int) -> list[bytes]:
@@ -181,9 +215,13 @@ def bare_consumer(cfg: Config, partitions: int) -> int:
     return total
 
 
-def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Callable[[str], None]) -> BenchResult:
+def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Callable[[str], None],
+              standalone: int = 0) -> BenchResult:
+    """``standalone``: run (b) and (c) on a Spark standalone cluster of that many workers started
+    for the bench (their JVMs and executors count in RSS and CPU)."""
     from monitor.watch import spark as spark_job
     from monitor.watch.runtime import WatchRuntime
+    from monitor.watch.standalone import StandaloneSpark
 
     prefill(cfg, records, progress)
     partitions = cfg.canary.partitions
@@ -194,32 +232,38 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             t = time.monotonic()
             n = bare_consumer(cfg, partitions)
             secs = time.monotonic() - t
-        result.figures["bare_consumer"] = {"reads": n, "seconds": round(secs, 2), "records_per_s": round(n / secs),
-                                           "peak_rss_mb": round(rss.peak / 2**20)}
+        result.figures["bare_consumer"] = rss.figures(n, secs)
     if not {"spark", "checker"} & set(which):
         return result
-    spark = spark_job.session(cfg, progress, app="vigil-bench")
-    spark.sparkContext.setLogLevel("ERROR")
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-"))
+    cluster = StandaloneSpark(tmp / "spark", workers=standalone, port_base=27277, java_home=cfg.watch.java_home)
+    extra: Callable[[], list[int]] = list
+    spark = None
     try:
+        if standalone:
+            cluster.up(progress)
+            cfg = cfg.model_copy(update={"watch": cfg.watch.model_copy(update={"spark_master": cluster.master_url})})
+            extra = cluster.pids
+            result.figures["spark_master"] = {"standalone_workers": standalone}
+        spark = spark_job.session(cfg, progress, app="vigil-bench")
+        spark.sparkContext.setLogLevel("ERROR")
         if "spark" in which:
             progress("(b) Spark no-op query over both isolation levels")
-            with PeakRss() as rss:
+            with PeakRss(extra=extra) as rss:
                 t = time.monotonic()
                 q = (spark_job.union_of_sources(spark, cfg, with_ledger=False).writeStream.format("noop")
                      .option("checkpointLocation", str(tmp / "noop")).trigger(availableNow=True).start())
                 q.awaitTermination()
                 secs = time.monotonic() - t
             n = sum(p["numInputRows"] for p in q.recentProgress)
-            result.figures["spark_noop"] = {"reads": n, "seconds": round(secs, 2), "records_per_s": round(n / secs),
-                                            "peak_rss_mb": round(rss.peak / 2**20)}
+            result.figures["spark_noop"] = rss.figures(n, secs)
         if "checker" in which:
             progress("(c) the full checker")
             checker_cfg = cfg.model_copy(update={"watch": cfg.watch.model_copy(update={
                 "checkpoint_dir": str(tmp / "checker")}), "metrics": cfg.metrics.model_copy(update={"port": 0})})
             runtime = WatchRuntime(checker_cfg, progress)
             runtime.evidence.path = tmp / "evidence.jsonl"
-            with PeakRss() as rss:
+            with PeakRss(extra=extra) as rss:
                 t = time.monotonic()
                 q = spark_job.start_query(spark, checker_cfg, runtime.handle_batch, name="vigil-bench-checker",
                                           available_now=True)
@@ -228,11 +272,12 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             ck = runtime.state.checker
             n = sum(ck.records_checked.values())
             result.figures["checker"] = {
-                "reads": n, "seconds": round(secs, 2), "records_per_s": round(n / secs),
-                "peak_rss_mb": round(rss.peak / 2**20), "state_mb": round(runtime.state_bytes / 2**20, 1),
+                **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 1),
                 "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
             }
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
+        cluster.down()
         shutil.rmtree(tmp, ignore_errors=True)
     return result

@@ -246,6 +246,8 @@ class WatchConfig(_Model):
     spark_master: str = Field("local[2]", description="Spark master of the watch job; empty = the one "
                               "spark-submit sets (Spark on Kubernetes)")
     driver_memory: str = Field("2g", description="spark.driver.memory")
+    executor_python: str = Field("", description="the Python Spark's executors run (spark.pyspark.python; it "
+                                 "needs numpy and pyarrow, Vigil's own code is shipped to it); empty = the driver's")
     java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")
     trigger_ms: int = Field(500, ge=50, description="processing-time trigger interval of the query")
     max_offsets_per_trigger: int = Field(200000, ge=1, description="maxOffsetsPerTrigger of each source, "

@@ -169,12 +169,21 @@ def decode_headers(values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
     count = len(values)
     lengths = np.fromiter((len(v) if v is not None else -1 for v in values), dtype=np.int64,
                           count=count)
-    long_enough = lengths >= HEADER_SIZE
     blank = bytes(HEADER_SIZE)
     joined = b"".join(
-        v[:HEADER_SIZE] if ok else blank for v, ok in zip(values, long_enough)
+        v[:HEADER_SIZE] if ok else blank for v, ok in zip(values, lengths >= HEADER_SIZE)
     )
-    headers = np.frombuffer(joined, dtype=HEADER_DTYPE, count=count).copy()
+    rows = np.frombuffer(joined, dtype=np.uint8, count=count * HEADER_SIZE).reshape(count, HEADER_SIZE)
+    return decode_header_rows(rows, lengths)
+
+
+def decode_header_rows(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode_headers` over values already cut to their first :data:`HEADER_SIZE` bytes:
+    ``rows`` an ``(n, 48)`` uint8 array (anything where a value is shorter), ``lengths`` the
+    values' whole lengths (-1 for a null value)."""
+    count = len(lengths)
+    long_enough = lengths >= HEADER_SIZE
+    headers = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1).view(HEADER_DTYPE)[:count].copy()
     valid = (
         long_enough
         & (headers["magic"] == MAGIC)

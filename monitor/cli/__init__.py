@@ -11,7 +11,7 @@ from rich.text import Text
 from invariants.errors import VigilError
 from monitor.cli import (
     audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd,
-    watch_cmd,
+    spark_cmd, watch_cmd,
 )
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app = typer.Typer(
 app.add_typer(cluster_cmd.app, name="cluster")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(chaos_cmd.app, name="chaos")
+app.add_typer(spark_cmd.app, name="spark")
 app.command("produce")(produce_cmd.produce)
 app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)

@@ -15,6 +15,8 @@ def bench(
     records: int = typer.Option(5_000_000, min=1000, help="Canary records to pre-fill (once; reused later)."),
     only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker (default: all three)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
+                                   "workers (1 core each) started for the bench; 0 = watch.spark_master."),
 ) -> None:
     """Measure catch-up throughput: bare consumer vs Spark no-op vs the full checker.
 
@@ -41,7 +43,7 @@ def bench(
     unknown = set(which) - {"bare", "spark", "checker"}
     if unknown:
         raise typer.BadParameter(f"unknown: {', '.join(sorted(unknown))}", param_hint="--only")
-    result = run_bench(cfg, records, which, progress).to_json()
+    result = run_bench(cfg, records, which, progress, standalone).to_json()
     if as_json:
         print_json(result)
         return
@@ -49,7 +51,8 @@ def bench(
         if name in result:
             f = result[name]
             console.print(f"{name:14} {f['records_per_s']:>12,} records/s  ({f['reads']:,} reads in "
-                          f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB)")
+                          f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB, "
+                          f"{f['cpu_s_per_m_reads']} CPU s per million reads)")
     for key in ("ratio_checker_to_spark", "ratio_checker_to_bare"):
         if key in result:
             console.print(f"{key}: {result[key]}")

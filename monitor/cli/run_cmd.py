@@ -88,13 +88,7 @@ def run(
             t.join()
     failures = [t for t in threads if t.error is not None]
     if as_json:
-        snap = runtime.published
-        print_json({"writers": [writer_summary(t.writer) for t in threads],
-                    "checker": {"records_checked": {i.value: n for i, n in snap.records_checked.items()},
-                                "violations": {f"{inv.value}/{iso.value}/{dur.value}": n
-                                               for (inv, iso, dur), n in snap.violations.items() if n},
-                                "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
-                                "batches": snap.batches, "restarts": snap.restarts}})
+        print_json({"writers": [writer_summary(t.writer) for t in threads], "checker": runtime.summary()})
     for t in failures:
         err_console.print(f"[red]writer {t.writer.cfg.name} failed:[/] {t.error}", markup=True)
         err_console.print(t.trace, markup=False, highlight=False)

@@ -7,12 +7,15 @@ from typing import Optional
 
 import typer
 
-from monitor.cli.common import ConfigOption, load_config, print_endpoints, progress
+from monitor.cli.common import ConfigOption, load_config, print_endpoints, print_json, progress
 
 
 def watch(
     config: Optional[Path] = ConfigOption,
     duration: Optional[float] = typer.Option(None, help="Stop after this many seconds (default: until Ctrl-C)."),
+    until_caught_up: bool = typer.Option(False, "--until-caught-up",
+                                         help="Stop once everything written so far has been read and checked."),
+    as_json: bool = typer.Option(False, "--json", help="Print what the checker found as JSON when stopped."),
 ) -> None:
     """Run the live checker (Spark) against a running cluster and export every invariant.
 
@@ -24,4 +27,6 @@ def watch(
     """
     from monitor.watch.main import watch as run
 
-    run(load_config(config), duration, progress, on_start=print_endpoints)
+    runtime = run(load_config(config), duration, progress, on_start=print_endpoints, until_caught_up=until_caught_up)
+    if as_json:
+        print_json({"checker": runtime.summary()})

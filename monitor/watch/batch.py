@@ -1,11 +1,11 @@
 """The thin adapter between a micro-batch (an Arrow table) and the pure checker.
 
-Columns: ``src`` (0 = canary read_committed, 1 = canary read_uncommitted, 2 = ledger),
-``topic``, ``partition``, ``offset``, ``value`` and, when present, ``ts_us`` (the record's
-timestamp: the broker's append time on the ``LogAppendTime`` ledger topic). Canary values are
-decoded in bulk with :func:`monitor.record_format.decode_headers`; anything that is not a
-well-formed canary record is counted (``foreign`` without the magic bytes, ``malformed`` with
-them) and still takes part in the offset checks under a digest identity. Ledger values that are
+Columns (:data:`monitor.watch.executor.DECODED_SCHEMA`, what the executors send): ``src`` (0 =
+canary read_committed, 1 = canary read_uncommitted, 2 = ledger), ``topic``, ``partition``,
+``offset``, ``ts_us`` (the record's timestamp: the broker's append time on the ``LogAppendTime``
+ledger topic), the ledger's ``value`` and the canary records' decoded headers. Anything that is
+not a well-formed canary record is counted (``foreign`` without the magic bytes, ``malformed``
+with them) and still takes part in the offset checks under a digest identity. Ledger values that are
 not entries are counted as ``ledger``. Reads go to the checker under their topic *name*: which
 topic ID they belong to is the checker's to work out (:mod:`invariants.attribution`), with
 ``fresh_id(name)`` — a metadata lookup of the name's ID now — when it asks. Nothing here raises
@@ -25,11 +25,12 @@ import pyarrow.compute as pc
 
 from invariants.checker import Checker
 from invariants.ledger_format import LedgerFormatError, decode
-from invariants.model import RC, RU, Read, Violation, foreign_ident
+from invariants.model import RC, RU, Read, Violation
 from monitor.metrics import E2E_BUCKETS
-from monitor.record_format import FLAG_INTENDED_ABORT, decode_headers, malformed_kind
+from monitor.record_format import FLAG_INTENDED_ABORT
+from monitor.watch.executor import HEADER_COLUMNS, KIND_CANARY, KIND_NAMES, SRC_LEDGER, decode_values, unsigned
 
-SRC_RC, SRC_RU, SRC_LEDGER = 0, 1, 2
+SRC_RC, SRC_RU = 0, 1
 ISOLATION_OF = {SRC_RC: RC, SRC_RU: RU}
 
 
@@ -67,39 +68,48 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
 
 
 def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Counter, np.ndarray]:
-    """Records of one partition as the checker reads them, the malformed ones counted by kind,
-    and the produce timestamps (µs) of the canary ones. The Spark batches and the re-fetches
-    both decode through here, so a record has one identity whichever way it was read."""
-    headers, valid = decode_headers(values)
-    wid, inc, seq = headers["writer_id"].tolist(), headers["incarnation"].tolist(), headers["seq"].tolist()
-    txn = headers["txn_id"].tolist()
-    abort = ((headers["flags"] & FLAG_INTENDED_ABORT) != 0).tolist()
-    size, index = headers["txn_size"].tolist(), headers["txn_index"].tolist()
+    """Records of one partition read as bytes (the re-fetcher's), decoded as the executors decode
+    Spark's rows (:func:`monitor.watch.executor.decode_values`), so a record has one identity
+    whichever way it was read."""
+    return reads_of(np.asarray(offsets, dtype=np.int64), decode_values(values))
+
+
+def reads_of(offsets: np.ndarray, cols: dict[str, Any]) -> tuple[list[Read], Counter, np.ndarray]:
+    """Decoded rows of one partition as the checker reads them, the malformed ones counted by kind,
+    and the produce timestamps (µs) of the canary ones."""
+    kind = np.asarray(cols["kind"])
+    valid = kind == KIND_CANARY
+    wid, inc = unsigned(cols["writer_id"]).tolist(), np.asarray(cols["incarnation"]).tolist()
+    seq = unsigned(cols["seq"]).tolist()
+    txn = unsigned(cols["txn_id"]).tolist()
+    abort = ((np.asarray(cols["flags"]) & FLAG_INTENDED_ABORT) != 0).tolist()
+    size, index = np.asarray(cols["txn_size"]).tolist(), np.asarray(cols["txn_index"]).tolist()
+    digest, length = np.asarray(cols["digest"]).tolist(), np.asarray(cols["length"]).tolist()
     malformed: Counter = Counter()
     reads = []
-    for i, ok in enumerate(valid.tolist()):
+    for i, (ok, k) in enumerate(zip(valid.tolist(), kind.tolist())):
         if ok:
             reads.append(Read(int(offsets[i]), (wid[i], inc[i], seq[i]), txn[i], abort[i], size[i], index[i]))
         else:
-            malformed[malformed_kind(values[i])] += 1
-            reads.append(Read(int(offsets[i]), foreign_ident(values[i])))
-    return reads, malformed, headers["produce_ts_us"][valid]
+            malformed[KIND_NAMES[k]] += 1
+            reads.append(Read(int(offsets[i]), ("x", digest[i], length[i])))
+    return reads, malformed, unsigned(cols["produce_ts_us"])[valid]
 
 
 def _apply_reads(checker: Checker, iso: Any, part: pa.Table, fresh_id: Callable[[str], str | None],
                  now: float, stats: BatchStats) -> None:
-    values = part.column("value").to_pylist()
     topics = part.column("topic").to_pylist()
     partitions = part.column("partition").to_numpy()
     offsets = part.column("offset").to_numpy()
+    cols = {name: part.column(name).to_numpy() for name in HEADER_COLUMNS}
     latencies = []
     start = 0
-    n = len(values)
+    n = len(topics)
     while start < n:
         end = start
         while end < n and partitions[end] == partitions[start] and topics[end] == topics[start]:
             end += 1
-        reads, malformed, ts = to_reads(offsets[start:end], values[start:end])
+        reads, malformed, ts = reads_of(offsets[start:end], {k: c[start:end] for k, c in cols.items()})
         stats.malformed.update(malformed)
         latencies.append((now - ts / 1e6).clip(min=0))
         name, p = topics[start], int(partitions[start])

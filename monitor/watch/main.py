@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime
 from typing import Callable
@@ -83,12 +84,21 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
 
 
 def watch(cfg: Config, duration: float | None = None, progress: Callable[[str], None] = lambda _m: None,
-          on_start: Callable[[Config], None] = lambda _c: None) -> None:
-    """`vigil watch`: topics, durable state, signal handling, then :func:`run_watch`."""
+          on_start: Callable[[Config], None] = lambda _c: None, until_caught_up: bool = False) -> WatchRuntime:
+    """`vigil watch`: topics, durable state, signal handling, then :func:`run_watch`.
+    ``until_caught_up``: stop once a trigger found nothing left to read (check what is there, then stop)."""
     from monitor.canary.runner import prepare_topics
 
     prepare_topics(cfg)
     runtime = WatchRuntime(cfg, progress)
     install_stop_handlers(runtime.stop)
     on_start(cfg)
+    if until_caught_up:
+        def stop_when_caught_up() -> None:
+            if runtime.wait_caught_up(timeout_s=float("inf")):
+                progress("caught up: stopping")
+                runtime.stop.set()
+
+        threading.Thread(target=stop_when_caught_up, name="vigil-caught-up", daemon=True).start()
     run_watch(cfg, runtime, duration, progress)
+    return runtime

@@ -233,6 +233,15 @@ class WatchRuntime:
 
     # -- progress --------------------------------------------------------------------------
 
+    def summary(self) -> dict[str, Any]:
+        """What the checker found so far, as `vigil run --json` and `vigil watch --json` print it."""
+        snap = self.published
+        return {"records_checked": {i.value: n for i, n in snap.records_checked.items()},
+                "violations": {f"{inv.value}/{iso.value}/{dur.value}": n
+                               for (inv, iso, dur), n in snap.violations.items() if n},
+                "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
+                "batches": snap.batches, "restarts": snap.restarts}
+
     def wait_caught_up(self, timeout_s: float) -> bool:
         """Wait until a trigger that started after this call found nothing left to read."""
         begin = time.time()

@@ -6,12 +6,15 @@ with a ``src`` column telling them apart, so both isolation levels and the outco
 one place (cross-isolation checks need both). ``failOnDataLoss=false``: Vigil detects loss
 itself. ``maxOffsetsPerTrigger`` keeps a catch-up batch short; the processing-time trigger
 gives the checker its clock (idle triggers still report progress). The micro-batch goes to
-the driver as Arrow and into :func:`monitor.watch.batch.apply_batch` from ``foreachBatch``.
+the driver as Arrow and into :func:`monitor.watch.batch.apply_batch` from ``foreachBatch``,
+after the executors decoded the canary records' headers (:mod:`monitor.watch.executor`, shipped to
+them as a zip by :mod:`monitor.watch.ship`; their Python is ``watch.executor_python``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +25,7 @@ from monitor import client_config
 from monitor.cluster import jars
 from monitor.cluster.java import find_java
 from monitor.config import Config
+from monitor.watch import ship
 
 SPARK_JAVA_MAX = 21
 # Spark's JVM logs to stderr only (stdout carries `--json` output), warnings and up.
@@ -50,9 +54,13 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     log_config = Path(cfg.state_dir) / "spark-log4j2.properties"
     log_config.parent.mkdir(parents=True, exist_ok=True)
     log_config.write_text(LOG4J2)
+    python = cfg.watch.executor_python or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
     builder = SparkSession.builder.master(cfg.watch.spark_master) if cfg.watch.spark_master else SparkSession.builder
-    return (
+    spark = (
         builder.appName(app)
+        .config("spark.pyspark.python", python)
+        .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.jars", ",".join(connector))
         .config("spark.driver.memory", cfg.watch.driver_memory)
         .config("spark.ui.enabled", "false")
@@ -60,8 +68,11 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
+        .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
         .getOrCreate()
     )
+    spark.sparkContext.addPyFile(str(ship.executor_zip(cfg.state_dir)))
+    return spark
 
 
 def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False) -> DataFrame:
@@ -82,6 +93,7 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
 
 
 def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True) -> DataFrame:
+    """The three sources as Kafka rows (the bench's no-op reads these)."""
     df = source(spark, cfg, cfg.canary.name, "read_committed", 0).unionByName(
         source(spark, cfg, cfg.canary.name, "read_uncommitted", 1))
     if with_ledger:
@@ -89,11 +101,19 @@ def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True)
     return df
 
 
+def decoded_sources(spark: SparkSession, cfg: Config) -> DataFrame:
+    """The three sources decoded on the executors (:mod:`monitor.watch.executor`): what reaches
+    the driver is headers, not values. No shuffle: each Spark partition is decoded where it was read."""
+    from monitor.watch.executor import DECODED_DDL, decode_batches
+
+    return union_of_sources(spark, cfg).mapInArrow(decode_batches, DECODED_DDL)
+
+
 def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, int], Any], name: str = "vigil",
                 available_now: bool = False):
     """The watch query; ``available_now`` reads what is there and stops (the bench)."""
     writer = (
-        union_of_sources(spark, cfg).writeStream.queryName(name)
+        decoded_sources(spark, cfg).writeStream.queryName(name)
         .foreachBatch(handler)
         .option("checkpointLocation", str(cfg.spark_checkpoint_dir()))
     )

@@ -115,13 +115,19 @@ def _encoded(ident, txn_id: int, intended_abort: bool = False, size: int = 0, in
 @settings(max_examples=40, deadline=None)
 def test_through_the_batch_adapter_on_arrow_tables(seed, partitions, incidents):
     """The same histories as Spark hands them: encoded values in Arrow micro-batches of the three
-    sources, decoded by the watch's batch adapter; re-fetches answered from encoded values too."""
+    sources, decoded by the executors' code (record batches of a few rows, as mapInArrow hands them)
+    and the driver's batch adapter; re-fetches answered from encoded values too."""
     import pyarrow as pa
 
     from invariants.checker import Checker
     from invariants.ledger_format import encode
     from monitor.watch.batch import SRC_LEDGER, apply_batch, to_reads
+    from monitor.watch.executor import DECODED_SCHEMA, decode_batches
     from tests.unit.histories import TOPIC, answer_refetches
+
+    def decoded(table, rng):
+        batches = table.to_batches(max_chunksize=rng.randint(1, 8))
+        return pa.Table.from_batches(list(decode_batches(batches)), schema=DECODED_SCHEMA)
 
     rng = random.Random(seed)
     h = build(partitions, incidents, SETTLE, rng)
@@ -144,7 +150,7 @@ def test_through_the_batch_adapter_on_arrow_tables(seed, partitions, incidents):
         src, topic, part, off, val = zip(*batch) if batch else ((), (), (), (), ())
         table = pa.table({"src": pa.array(src, pa.int8()), "topic": list(topic), "partition": pa.array(part, pa.int32()),
                           "offset": pa.array(off, pa.int64()), "value": pa.array(val, pa.binary())})
-        apply_batch(checker, table, lambda name: TOPIC)
+        apply_batch(checker, decoded(table, rng), lambda name: TOPIC)
         if rng.random() < 0.3:
             checker = Checker.from_doc(json.loads(json.dumps(checker.to_doc())), SETTINGS)
 

@@ -14,6 +14,7 @@ from invariants.ledger_format import (
 from monitor import record_format
 from monitor.config import parse
 from monitor.watch import state as state_store
+from monitor.watch.executor import DECODED_SCHEMA, decode_batches
 from monitor.watch.runtime import WatchRuntime
 
 TID = "topic-id-1"
@@ -25,10 +26,12 @@ def entry(n: int, body) -> bytes:
 
 
 def table(rows: list[tuple[int, int, int, bytes]]) -> pa.Table:
+    """Kafka rows as the executors hand them to the driver (decoded by mapInArrow's function)."""
     src, part, off, val = zip(*rows) if rows else ((), (), (), ())
-    return pa.table({"src": pa.array(src, pa.int8()), "topic": ["canary" if s < 2 else "ledger" for s in src],
-                     "partition": pa.array(part, pa.int32()), "offset": pa.array(off, pa.int64()),
-                     "value": pa.array(val, pa.binary())})
+    kafka = pa.table({"src": pa.array(src, pa.int8()), "topic": ["canary" if s < 2 else "ledger" for s in src],
+                      "partition": pa.array(part, pa.int32()), "offset": pa.array(off, pa.int64()),
+                      "value": pa.array(val, pa.binary())})
+    return pa.Table.from_batches(list(decode_batches(kafka.to_batches())), schema=DECODED_SCHEMA)
 
 
 def canary(seq: int) -> bytes:

@@ -1,0 +1,87 @@
+"""The executors' decoding (monitor.watch.executor) agrees record by record with the reference
+decoder, keeps ledger values, and its zip imports without the checkout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from invariants.model import foreign_ident
+from monitor import record_format as rf
+from monitor.watch import executor as ex
+from monitor.watch import ship
+from monitor.watch.batch import to_reads
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+records = st.builds(
+    rf.CanaryRecord, writer_id=st.integers(0, 2**64 - 1), incarnation=st.integers(0, 2**32 - 1),
+    seq=st.integers(0, 2**64 - 1), produce_ts_us=st.integers(0, 2**64 - 1),
+    flags=st.sampled_from([0, rf.FLAG_DRILL, rf.FLAG_TRANSACTIONAL | rf.FLAG_INTENDED_ABORT]),
+)
+values = st.lists(st.one_of(records.map(lambda r: rf.encode(r, 60)), records.map(lambda r: rf.encode(r, 48)),
+                            st.binary(max_size=80), st.just(rf.MAGIC), st.just(b"V"), st.none()), max_size=30)
+
+
+@settings(max_examples=300)
+@given(values, st.integers(0, 5))
+def test_each_row_decodes_as_the_reference_decoder_says(vals, cut):
+    array = pa.array([b"pad"] * cut + vals, pa.binary()).slice(cut)  # a slice: buffers start elsewhere
+    cols = ex.decode_values(array)
+    for i, v in enumerate(vals):
+        single = rf.decode(v)
+        if isinstance(single, rf.CanaryRecord):
+            assert cols["kind"][i] == ex.KIND_CANARY
+            got = (int(ex.unsigned(cols["writer_id"])[i]), int(cols["incarnation"][i]),
+                   int(ex.unsigned(cols["seq"])[i]), int(ex.unsigned(cols["produce_ts_us"])[i]), int(cols["flags"][i]))
+            assert got == (single.writer_id, single.incarnation, single.seq, single.produce_ts_us, single.flags)
+        else:
+            assert ex.KIND_NAMES[int(cols["kind"][i])] == rf.malformed_kind(v)
+            assert ("x", int(cols["digest"][i]), int(cols["length"][i])) == foreign_ident(v)
+
+
+@given(values)
+def test_the_refetch_path_gives_the_same_reads_as_the_executor_path(vals):
+    reads, malformed, _ts = to_reads(list(range(len(vals))), vals)
+    for r, v in zip(reads, vals):
+        single = rf.decode(v)
+        expected = single.writer + (single.seq,) if isinstance(single, rf.CanaryRecord) else foreign_ident(v)
+        assert r.ident == expected
+    assert sum(malformed.values()) == sum(1 for v in vals if not isinstance(rf.decode(v), rf.CanaryRecord))
+
+
+def test_a_batch_keeps_order_ledger_values_and_drops_canary_values():
+    good = rf.encode(rf.CanaryRecord(7, 1, 3, 99), 100)
+    batch = pa.RecordBatch.from_pydict({
+        "src": pa.array([0, 2, 1, 0], pa.int8()), "topic": ["c", "l", "c", "c"],
+        "partition": pa.array([0, 0, 1, 0], pa.int32()), "offset": pa.array([5, 9, 6, 7], pa.int64()),
+        "value": pa.array([good, b"ledger-bytes", b"junk", None], pa.binary()),
+        "ts_us": pa.array([1, 2, 3, 4], pa.int64()),
+    })
+    out = ex.decode_batch(batch)
+    assert out.schema == ex.DECODED_SCHEMA
+    assert out.column("offset").to_pylist() == [5, 9, 6, 7]
+    assert out.column("value").to_pylist() == [None, b"ledger-bytes", None, None]
+    assert out.column("kind").to_pylist() == [ex.KIND_CANARY, ex.KIND_LEDGER, ex.KIND_FOREIGN, ex.KIND_FOREIGN]
+    assert out.column("ts_us").to_pylist() == [1, 2, 3, 4]
+    assert list(ex.decode_batches([batch.slice(0, 0)]))[0].num_rows == 0
+
+
+def test_the_shipped_zip_imports_the_executor_code_without_the_checkout(tmp_path):
+    path = ship.executor_zip(tmp_path)
+    assert ship.executor_zip(tmp_path) == path  # one zip per content
+    with zipfile.ZipFile(path) as z:
+        assert "monitor/watch/executor.py" in z.namelist() and "monitor/record_format.py" in z.namelist()
+    probe = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()];"
+             f"sys.path[:] = [p for p in sys.path if p and ('site-packages' in p or not p.startswith({str(CHECKOUT)!r}))];"
+             "import importlib.util as u; assert u.find_spec('monitor') is None, 'checkout importable';"
+             f"sys.path.insert(0, {str(path)!r}); import monitor.watch.executor as e; print(e.__file__)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(path))
