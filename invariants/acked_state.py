@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
+from invariants.doc_runs import pack_runs, unpack_runs
 from invariants.model import Ident, WriteKey
 from invariants.promises import ClassTable, WriteClass
 
@@ -64,7 +65,15 @@ class AckedState:
         return {"pending": [r.to_doc(t) for r in self.pending],
                 "waiting": [[*w, *j.to_doc(t)] for w, j in self.waiting.items()],
                 "zero_wait": [[*w, t.ref(c)] for w, c in self.zero_wait.items()],
-                "placed": [[*i, *j.to_doc(t)] for i, j in self.placed.items()]}
+                "placed_runs": pack_runs(self._placed_rows(t))}
+
+    def _placed_rows(self, t: ClassTable) -> Iterable[tuple]:
+        refs: dict[int, int] = {}  # id(class) -> its reference: hashing a class per write is most of the cost
+        for (wid, inc, seq), j in self.placed.items():
+            ref = refs.get(id(j.cls))
+            if ref is None:
+                ref = refs[id(j.cls)] = t.ref(j.cls)
+            yield (wid, inc, seq, j.acked_at, j.late_below, ref)
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], settle: int, t: ClassTable) -> "AckedState":
@@ -76,5 +85,6 @@ class AckedState:
             st.waiting_heap.append((j.acked_at + settle, wkey))
         heapq.heapify(st.waiting_heap)
         st.zero_wait = {WriteKey(*row[:5]): t.get(row[5]) for row in d["zero_wait"]}
-        st.placed = {tuple(row[:3]): Judged.from_doc(row[3:], t) for row in d["placed"]}
+        rows = [*d.get("placed", ()), *unpack_runs(d.get("placed_runs", ()))]  # "placed": one row per write, as saved before
+        st.placed = {tuple(row[:3]): Judged.from_doc(row[3:], t) for row in rows}
         return st

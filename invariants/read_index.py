@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.doc_runs import pack_runs, unpack_runs
 from invariants.model import Ident, is_canary
 
 
@@ -119,18 +120,21 @@ class PartitionView:
     # -- durable form ----------------------------------------------------------------------
 
     def to_doc(self) -> dict[str, Any]:
-        """``reads`` holds every canary record with all offsets it was read at (``at`` is rebuilt
-        from it: its canary entries are exactly those offsets not yet forgotten)."""
+        """Every canary record with all offsets it was read at: ``read_runs`` (run-length form,
+        :mod:`invariants.doc_runs`) those read at one offset, ``reads`` the others; ``at`` is rebuilt
+        from them: its canary entries are exactly those offsets not yet forgotten."""
+        once = [(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1]
         return {"start": self.start, "frontier": self.frontier, "forgotten_below": self.forgotten_below,
                 "zero": None if self.zero is None else list(self.zero), "epoch": self.epoch,
-                "reads": [[*ident, *offs] for ident, offs in self.reads_of.items()],
+                "read_runs": pack_runs(once),
+                "reads": [[*ident, *offs] for ident, offs in self.reads_of.items() if len(offs) != 1],
                 "foreign": [[off, *ident[1:]] for off, ident in self.at.items() if not is_canary(ident)]}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> "PartitionView":
         v = cls(d["start"], d["frontier"], d["forgotten_below"], None if d["zero"] is None else tuple(d["zero"]),
                 epoch=d["epoch"])
-        for wid, inc, seq, *offs in d["reads"]:
+        for wid, inc, seq, *offs in [*d["reads"], *unpack_runs(d.get("read_runs", ()))]:
             ident = (wid, inc, seq)
             v.reads_of[ident] = offs
             for off in offs:

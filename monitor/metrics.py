@@ -109,6 +109,7 @@ class WatchSnapshot:
     led: dict = field(default_factory=dict)  # broker id -> partitions led
     stalls_open: dict = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     state_bytes: int = 0
+    batch_seconds: dict = field(default_factory=dict)  # phase -> seconds (fetch, check, persist)
     batches: int = 0
     lost_by_writer: dict = field(default_factory=dict)  # (writer name, Isolation, Durability, cause) -> int
     rewrites: dict = field(default_factory=dict)  # partition -> offsets found rewritten
@@ -258,3 +259,9 @@ class WatchCollector:
         yield stalls
         yield GaugeMetricFamily("vigil_state_bytes", "Size of the checker's durable state.", value=s.state_bytes)
         yield CounterMetricFamily("vigil_batches", "Micro-batches the checker applied.", value=s.batches)
+        phases = CounterMetricFamily("vigil_batch_seconds", "Time the micro-batches spent per phase since the "
+                                     "monitor started: fetch (Spark job, executors' decoding, transfer to the "
+                                     "driver), check (the checker), persist (saving its state).", labels=["phase"])
+        for phase in ("fetch", "check", "persist"):
+            phases.add_metric([phase], s.batch_seconds.get(phase, 0.0))
+        yield phases

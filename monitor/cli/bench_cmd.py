@@ -13,8 +13,12 @@ from monitor.cli.common import ConfigOption, console, err_console, load_config, 
 def bench(
     config: Optional[Path] = ConfigOption,
     records: int = typer.Option(5_000_000, min=1000, help="Canary records to pre-fill (once; reused later)."),
-    only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker (default: all three)."),
+    only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker,live (default: the first three)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    live: bool = typer.Option(False, "--live", help="Also measure live: produce-to-checked and detection "
+                              "latency under load (`vigil run` plus drills; about 5 minutes)."),
+    rate: float = typer.Option(2000.0, min=1, help="--live: writes/s of all canary writers together."),
+    drills: int = typer.Option(50, min=1, help="--live: drills whose detection latency is measured."),
     standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
                                    "workers (1 core each) started for the bench; 0 = watch.spark_master."),
 ) -> None:
@@ -22,7 +26,9 @@ def bench(
 
     Over a pre-filled topic: (a) a bare confluent-kafka consumer, (b) a Spark no-op query,
     (c) the full checker — each reading both isolation levels; prints records/s, the ratios
-    c/b and c/a, and peak RSS.
+    c/b and c/a, peak RSS and CPU seconds per million reads. `--live` also runs `vigil run` at
+    `--rate` writes/s and reports produce-to-checked latency and, over `--drills` drills, the
+    detection latency (drill written to counter moved on /metrics), p50 and p99.
 
     The topic is `vigil-bench-<records>` (replication factor 1, its own ledger), filled once on
     the configured cluster or the local one (started if needed). Machines are noisy: compare
@@ -39,11 +45,15 @@ def bench(
     })
     if cfg.embedded:
         LocalCluster(cfg.cluster, progress).up()
-    which = tuple((only or "bare,spark,checker").split(","))
-    unknown = set(which) - {"bare", "spark", "checker"}
+    which = tuple((only or "bare,spark,checker").split(",")) + (("live",) if live else ())
+    unknown = set(which) - {"bare", "spark", "checker", "live"}
     if unknown:
         raise typer.BadParameter(f"unknown: {', '.join(sorted(unknown))}", param_hint="--only")
-    result = run_bench(cfg, records, which, progress, standalone).to_json()
+    result = run_bench(cfg, records, which, progress, standalone).to_json() if set(which) - {"live"} else {}
+    if "live" in which:
+        from monitor.bench_live import run_live
+
+        result["live"] = run_live(load_config(config), rate, drills, 20.0, progress)
     if as_json:
         print_json(result)
         return
@@ -56,4 +66,9 @@ def bench(
     for key in ("ratio_checker_to_spark", "ratio_checker_to_bare"):
         if key in result:
             console.print(f"{key}: {result[key]}")
+    if "live" in result:
+        lv = result["live"]
+        for iso, f in lv["produce_to_checked"].items():
+            console.print(f"produce→checked {iso}: p50 {f['p50_s']} s, p99 {f['p99_s']} s ({f['records']:,} records)")
+        console.print(f"detection: {lv['detection']} (missed {lv['missed_drills']})")
     err_console.print("reads count both isolation levels (2 × records)")

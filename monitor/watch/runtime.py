@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,6 +52,7 @@ class WatchRuntime:
         self.state = self._load()
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
+        self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
         self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic)
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe)
@@ -81,13 +83,16 @@ class WatchRuntime:
     def handle_batch(self, df: Any, batch_id: int) -> None:
         if batch_id <= self.state.batch_id:
             return  # replayed after a restart: already applied and saved
+        started = time.monotonic()
         table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
+        fetched = time.monotonic()
         with self.lock:
             if batch_id <= self.state.batch_id:
                 return
             try:
                 self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
                 violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id)
+                checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)
                 for iso, counts in stats.e2e_counts.items():
@@ -96,6 +101,9 @@ class WatchRuntime:
                 st.batch_id = batch_id
                 st.last_batch_at = time.time()
                 self._persist(batch_id, violations)
+                for phase, secs in (("fetch", fetched - started), ("check", checked - fetched),
+                                    ("persist", time.monotonic() - checked)):
+                    self.batch_seconds[phase] += secs
             except BaseException:
                 self.state = self._load()  # drop the half-applied batch
                 raise
@@ -204,7 +212,8 @@ class WatchRuntime:
     def _snapshot(self) -> WatchSnapshot:
         return build_snapshot(self.state, self.prober.snapshot(), unseen_after_s=self.cfg.watch.unseen_after_s,
                               last_progress=self.last_progress, last_batch=self.last_batch,
-                              up=self.status.running, state_bytes=self.state_bytes)
+                              up=self.status.running, state_bytes=self.state_bytes,
+                              batch_seconds=dict(self.batch_seconds))
 
     def refresh(self) -> None:
         """Recompute the gauges between batches (unseen grows while the query is stuck)."""

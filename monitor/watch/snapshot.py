@@ -11,7 +11,7 @@ from monitor.watch.state import WatchState
 
 
 def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, last_progress: dict,
-                   last_batch: float, up: bool, state_bytes: int) -> WatchSnapshot:
+                   last_batch: float, up: bool, state_bytes: int, batch_seconds: dict | None = None) -> WatchSnapshot:
     ck = st.checker
     violations = dict(ck.counts)
     for (inv, iso), n in st.liveness.items():  # liveness is about availability, not what a setting allows
@@ -37,6 +37,7 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         e2e_counts={k: v.tolist() for k, v in st.e2e_counts.items()}, e2e_sum=dict(st.e2e_sum),
         lag=lag, last_progress=progress, last_batch=last_batch, up=int(up),
         restarts=st.restarts, led=led, stalls_open=dict(view.open_stalls), state_bytes=state_bytes,
+        batch_seconds=dict(batch_seconds or {}),
         batches=st.batches, lost_by_writer=dict(ck.sink.lost_by_writer),
         rewrites={p: ck.offsets.rewrites.get((view.topic_id, p), 0) for p in range(view.partitions)},
         unconfirmed_missing=dict(ck.unconfirmed.missing),

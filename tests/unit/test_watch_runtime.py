@@ -119,6 +119,9 @@ def test_malformed_and_foreign_records_are_counted_not_fatal(runtime):
     assert rt.published.malformed == {"foreign": 1, "malformed": 1, "ledger": 1}
     assert rt.published.records_checked[Isolation.READ_UNCOMMITTED] == 1
     assert sum(rt.published.violations.values()) == 0
+    phases = rt.published.batch_seconds  # vigil_batch_seconds_total: where the batch's time went
+    assert set(phases) == {"fetch", "check", "persist"} and all(v >= 0 for v in phases.values())
+    assert phases["persist"] > 0  # the state was saved (fsync) inside the batch
 
 
 def test_unreadable_state_is_an_error_not_a_silent_reset(tmp_path):

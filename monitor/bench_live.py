@@ -1,0 +1,185 @@
+"""``vigil bench --live``: how fast the running monitor sees what is written, under load.
+
+Starts ``vigil run`` (the default composition of writers from the config, each writer's rate
+scaled so that together they write ``rate`` records/s) on its own topics and metrics port, lets
+it warm up, then:
+
+- **produce → checked latency**: the ``vigil_e2e_latency_seconds`` histogram's growth over the
+  measured window, per isolation level, as p50/p99 (linear within a bucket; a percentile beyond
+  the last finite bucket is reported as that bound);
+- **detection latency**: ``drills`` drills, one at a time, kinds in turn
+  (:data:`LIVE_DRILLS`), partitions in turn: from the moment the drill returned — its records
+  acknowledged, i.e. readable, and its ledger entries durable — to the moment ``/metrics`` shows
+  every counter of the drill's row moved by what the drill table says, polled every 50 ms.
+
+Everything runs on this machine beside the cluster; the figures are medians of what one run
+saw, not a promise.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.config import Config
+from monitor.drill_table import expected_counts
+from monitor.metrics import E2E_BUCKETS
+
+LIVE_DRILLS = ("duplicate", "reorder", "offset_mismatch", "aborted_read", "partial_txn", "lost_write")
+POLL_S = 0.05
+
+
+def percentile(bounds: tuple[float, ...], counts: list[float], q: float) -> float | None:
+    """The q-quantile (0..1) of a histogram: ``counts`` per bucket (not cumulative, +Inf last),
+    linear within the bucket that holds it; None for an empty histogram."""
+    total = sum(counts)
+    if total <= 0:
+        return None
+    rank = q * total
+    seen = 0.0
+    lower = 0.0
+    for upper, n in zip((*bounds, float("inf")), counts):
+        if n and seen + n >= rank:
+            if upper == float("inf"):
+                return lower
+            return lower + (upper - lower) * (rank - seen) / n
+        seen += n
+        lower = upper
+    return lower
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def _violations(samples: dict) -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = {}
+    for (name, labels), v in samples.items():
+        if name == "vigil_violations_total":
+            d = dict(labels)
+            out[(d["invariant"], d["isolation"])] = out.get((d["invariant"], d["isolation"]), 0) + v
+    return out
+
+
+def _e2e(samples: dict) -> dict[str, list[float]]:
+    """Per isolation level, the per-bucket counts (not cumulative, +Inf last); buckets matched by
+    the value of their ``le`` label, however it is spelled."""
+    out: dict[str, list[float]] = {}
+    for iso in ("read_committed", "read_uncommitted"):
+        by_bound = {float(dict(labels)["le"]): v for (name, labels), v in samples.items()
+                    if name == "vigil_e2e_latency_seconds_bucket" and dict(labels).get("isolation") == iso}
+        cumulative = [by_bound.get(float(le), 0.0) for le in (*E2E_BUCKETS, float("inf"))]
+        out[iso] = [b - a for a, b in zip([0.0, *cumulative[:-1]], cumulative)]
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return {"n": len(values), "p50_s": round(statistics.median(values), 3), "p99_s": round(p99, 3),
+            "max_s": round(ordered[-1], 3)}
+
+
+def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
+    from monitor.canary.runner import prepare_topics
+    from monitor.drills import run_drill
+
+    tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-live-"))
+    port = _free_port()
+    scale = rate / max(sum(w.rate for w in cfg.writers), 1e-9)
+    live = cfg.model_copy(update={
+        "state_dir": str(tmp / "state"),
+        "canary": cfg.canary.model_copy(update={"name": f"vigil-bench-live-{int(time.time())}"}),
+        "metrics": cfg.metrics.model_copy(update={"port": port, "bind": "127.0.0.1"}),
+        "writers": [w.model_copy(update={"rate": w.rate * scale}) for w in cfg.writers],
+    })
+    live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"})})
+    path = tmp / "vigil.yaml"
+    path.write_text(yaml.safe_dump(live.model_dump(mode="json")))
+    topics = prepare_topics(live)
+    out_file, err_file = (tmp / "run.out").open("w"), (tmp / "run.err").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],
+                            stdout=out_file, stderr=err_file)
+    result: dict[str, Any] = {"rate": rate, "writers": {w.name: round(w.rate, 1) for w in live.writers},
+                              "topic": live.canary.name}
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if _scrape(port).get(("vigil_batches_total", ())):
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"vigil run exited: {(tmp / 'run.err').read_text()[-2000:]}")
+            time.sleep(0.5)
+        progress(f"vigil run is checking; warming up {warmup_s:.0f} s at {rate:,.0f} writes/s")
+        time.sleep(warmup_s)
+        first = _scrape(port)
+        detections: list[float] = []
+        by_kind: dict[str, list[float]] = {}
+        missed = 0
+        for i in range(drills):
+            kind = LIVE_DRILLS[i % len(LIVE_DRILLS)]
+            want = {(inv.value, iso.value): n for (inv, iso), n in expected_counts(kind, 1).items()}
+            before = _violations(_scrape(port))
+            run_drill(live, topics, kind, 1, i % topics.canary.partitions)
+            done = time.monotonic()
+            seen = None
+            while time.monotonic() - done < 30:
+                now = _violations(_scrape(port))
+                if all(now.get(k, 0) - before.get(k, 0) >= n for k, n in want.items()):
+                    seen = time.monotonic() - done
+                    break
+                time.sleep(POLL_S)
+            if seen is None:
+                missed += 1
+            else:
+                detections.append(seen)
+                by_kind.setdefault(kind, []).append(seen)
+            progress(f"drill {i + 1}/{drills} {kind}: "
+                     + ("not seen in 30 s" if seen is None else f"on /metrics after {seen:.2f} s"))
+        last = _scrape(port)
+        e2e = {}
+        a, b = _e2e(first), _e2e(last)
+        for iso in b:
+            counts = [y - x for x, y in zip(a[iso], b[iso])]
+            e2e[iso] = {"records": int(sum(counts)),
+                        "p50_s": _round(percentile(E2E_BUCKETS, counts, 0.5)),
+                        "p99_s": _round(percentile(E2E_BUCKETS, counts, 0.99))}
+        result.update({"produce_to_checked": e2e, "detection": _summary(detections), "missed_drills": missed,
+                       "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        out_file.close()
+        err_file.close()
+    return result
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
