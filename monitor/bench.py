@@ -272,7 +272,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             ck = runtime.state.checker
             n = sum(ck.records_checked.values())
             result.figures["checker"] = {
-                **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 1),
+                **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 3),
                 "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
             }
     finally:

@@ -116,7 +116,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
     })
     live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"})})
     path = tmp / "vigil.yaml"
-    path.write_text(yaml.safe_dump(live.model_dump(mode="json")))
+    path.write_text(yaml.safe_dump(live.model_dump(mode="json", exclude_none=True)))
     topics = prepare_topics(live)
     out_file, err_file = (tmp / "run.out").open("w"), (tmp / "run.err").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],

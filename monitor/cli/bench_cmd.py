@@ -19,6 +19,7 @@ def bench(
                               "latency under load (`vigil run` plus drills; about 5 minutes)."),
     rate: float = typer.Option(2000.0, min=1, help="--live: writes/s of all canary writers together."),
     drills: int = typer.Option(50, min=1, help="--live: drills whose detection latency is measured."),
+    warmup: float = typer.Option(20.0, min=0, help="--live: seconds of load before measuring."),
     standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
                                    "workers (1 core each) started for the bench; 0 = watch.spark_master."),
 ) -> None:
@@ -53,7 +54,7 @@ def bench(
     if "live" in which:
         from monitor.bench_live import run_live
 
-        result["live"] = run_live(load_config(config), rate, drills, 20.0, progress)
+        result["live"] = run_live(load_config(config), rate, drills, warmup, progress)
     if as_json:
         print_json(result)
         return

@@ -125,3 +125,9 @@ def unsigned(column: np.ndarray) -> np.ndarray:
     """A 64-bit header field back from its signed column."""
     return np.asarray(column, dtype=np.int64).view(np.uint64)
 
+
+
+def decode_table(table: pa.Table) -> pa.Table:
+    """:func:`decode_batches` over a whole table: the driver's own decoding when the executors do
+    not decode (``watch.decode_on``)."""
+    return pa.Table.from_batches(list(decode_batches(table.to_batches())), schema=DECODED_SCHEMA)

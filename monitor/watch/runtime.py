@@ -25,6 +25,7 @@ from monitor.metrics import WatchCollector, WatchSnapshot
 from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch.batch import apply_batch
+from monitor.watch.executor import decode_table
 from monitor.watch.evidence import EvidenceLog
 from monitor.watch.prober import Prober
 from monitor.watch.refetch import Refetcher
@@ -85,6 +86,8 @@ class WatchRuntime:
             return  # replayed after a restart: already applied and saved
         started = time.monotonic()
         table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
+        if "kind" not in table.column_names:  # watch.decode_on: the driver decodes what the executors did not
+            table = decode_table(table)
         fetched = time.monotonic()
         with self.lock:
             if batch_id <= self.state.batch_id:

@@ -101,6 +101,12 @@ def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True)
     return df
 
 
+def decode_on_executors(cfg: Config) -> bool:
+    """Whether the executors decode the headers (``watch.decode_on``; auto: unless Spark runs in local mode)."""
+    mode = cfg.watch.decode_on
+    return mode == "executors" or (mode == "auto" and not cfg.watch.spark_master.startswith("local"))
+
+
 def decoded_sources(spark: SparkSession, cfg: Config) -> DataFrame:
     """The three sources decoded on the executors (:mod:`monitor.watch.executor`): what reaches
     the driver is headers, not values. No shuffle: each Spark partition is decoded where it was read."""
@@ -113,7 +119,8 @@ def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, 
                 available_now: bool = False):
     """The watch query; ``available_now`` reads what is there and stops (the bench)."""
     writer = (
-        decoded_sources(spark, cfg).writeStream.queryName(name)
+        (decoded_sources(spark, cfg) if decode_on_executors(cfg) else union_of_sources(spark, cfg))
+        .writeStream.queryName(name)
         .foreachBatch(handler)
         .option("checkpointLocation", str(cfg.spark_checkpoint_dir()))
     )

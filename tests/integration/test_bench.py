@@ -12,7 +12,19 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
     assert out["records"] == 30000
     for name in ("bare_consumer", "spark_noop", "checker"):
         assert out[name]["reads"] == 2 * 30000, name  # each isolation level reads every record once
-        assert out[name]["records_per_s"] > 0 and out[name]["peak_rss_mb"] > 0
+        assert out[name]["records_per_s"] > 0 and out[name]["peak_rss_mb"] > 0 and out[name]["cpu_s_per_m_reads"] > 0
     assert out["checker"]["violations"] == 0
     assert out["checker"]["batches"] >= 2  # maxOffsetsPerTrigger split the catch-up
     assert 0 < out["ratio_checker_to_spark"] and 0 < out["ratio_checker_to_bare"]
+
+
+def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_ready, tmp_path):
+    _cfg, path = watch_config(cluster_ready, tmp_path, "bench-live", 0)
+    out = vigil_json(path, "bench", "--only", "live", "--drills", "2", "--rate", "500", "--warmup", "5", timeout=600)
+    live = out["live"]
+    assert live["missed_drills"] == 0 and live["detection"]["n"] == 2
+    assert 0 < live["detection"]["p50_s"] <= live["detection"]["p99_s"] < 30
+    for iso in ("read_committed", "read_uncommitted"):
+        assert live["produce_to_checked"][iso]["records"] > 0
+        assert 0 < live["produce_to_checked"][iso]["p50_s"] <= live["produce_to_checked"][iso]["p99_s"]
+    assert abs(sum(live["writers"].values()) - 500) < 0.2  # the config's writers, scaled to --rate together

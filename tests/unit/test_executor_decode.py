@@ -85,3 +85,14 @@ def test_the_shipped_zip_imports_the_executor_code_without_the_checkout(tmp_path
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith(str(path))
+
+
+def test_the_executors_decode_on_a_cluster_and_the_driver_in_local_mode():
+    from monitor.config import parse
+    from monitor.watch.spark import decode_on_executors
+
+    def on(master: str, mode: str = "auto") -> bool:
+        return decode_on_executors(parse({"watch": {"spark_master": master, "decode_on": mode}}))
+
+    assert not on("local[2]") and on("spark://127.0.0.1:7077") and on("")  # empty: spark-submit's (Kubernetes)
+    assert on("local[2]", "executors") and not on("spark://127.0.0.1:7077", "driver")
