@@ -202,7 +202,8 @@ def test_s8_transactions_with_the_coordinator_then_a_leader_killed_live_equals_a
     last_fault = result["phases"]["faults"] + result["steps"][-1]["at_s"]
     committed = [s.get("transactions", {}).get("committed", 0) for s in samples]
     before = max((c for s, c in zip(samples, committed) if s["t"] <= last_fault), default=0)
-    assert committed[-1] > before > 0, (before, committed[-1])
+    after = max((c for s, c in zip(samples, committed) if s["t"] > last_fault), default=0)
+    assert after > before > 0, (before, after)  # (the last sample, taken as the run stops, may hold no writer figures)
     report = (run_dir / "report.md").read_text()
     assert report.startswith("# S8: ") and "![S8 timeline](timeline.png)" in report
     png = (run_dir / "timeline.png").read_bytes()
