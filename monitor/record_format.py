@@ -159,28 +159,13 @@ def decode(value: bytes | None) -> Decoded:
     return CanaryRecord(writer_id, incarnation, seq, ts, txn_id, txn_size, txn_index, flags)
 
 
-def decode_headers(values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Decode many values at once.
-
-    Returns ``(headers, valid)``: a structured array with :data:`HEADER_DTYPE` (rows of
-    invalid values are zeroed) and a boolean mask of the rows that are well-formed canary
-    records, with exactly the acceptance rules of :func:`decode`.
-    """
-    count = len(values)
-    lengths = np.fromiter((len(v) if v is not None else -1 for v in values), dtype=np.int64,
-                          count=count)
-    blank = bytes(HEADER_SIZE)
-    joined = b"".join(
-        v[:HEADER_SIZE] if ok else blank for v, ok in zip(values, lengths >= HEADER_SIZE)
-    )
-    rows = np.frombuffer(joined, dtype=np.uint8, count=count * HEADER_SIZE).reshape(count, HEADER_SIZE)
-    return decode_header_rows(rows, lengths)
-
-
 def decode_header_rows(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`decode_headers` over values already cut to their first :data:`HEADER_SIZE` bytes:
-    ``rows`` an ``(n, 48)`` uint8 array (anything where a value is shorter), ``lengths`` the
-    values' whole lengths (-1 for a null value)."""
+    """Decode many headers at once, with exactly the acceptance rules of :func:`decode`: ``rows``
+    the values' first :data:`HEADER_SIZE` bytes as an ``(n, 48)`` uint8 array (anything where a
+    value is shorter), ``lengths`` the values' whole lengths (-1 for a null value). Returns
+    ``(headers, valid)``: a structured array with :data:`HEADER_DTYPE` (rows of invalid values
+    zeroed) and a mask of the well-formed canary records. Values are cut to rows by
+    :func:`monitor.watch.executor.decode_values`, straight from Arrow buffers."""
     count = len(lengths)
     long_enough = lengths >= HEADER_SIZE
     headers = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1).view(HEADER_DTYPE)[:count].copy()
