@@ -171,7 +171,9 @@ class AckedWritesFamily:
         j = st.waiting.get(wkey)
         if j is not None and off <= j.acked_at + self.settle - 1:
             del st.waiting[wkey]
-            if j.acked_at < j.late_below:  # the acked offset was read before the ack: read it again first
+            if off == j.acked_at:  # a range the reader had jumped over, read again: where it was acked
+                st.placed[wkey.ident] = j
+            elif j.acked_at < j.late_below:  # the acked offset was read before the ack: read it again first
                 self._candidate(key, v, wkey, j, off)
             else:
                 out.append(self._mismatch(key, wkey, j.acked_at, off))

@@ -11,8 +11,11 @@ log, so of one topic) get one ID:
    one topic ID (the ledger's intents, :meth:`invariants.accounting.LedgerFold.topic_of`): seqs
    only grow, so a writer that moved to a new ID writes higher seqs there. Reads holding a
    record of a *newer* ID than the stream's move the stream to it. Records of *older* IDs on a
-   stream already on a newer one are stragglers that landed in the new topic (a retry sent
-   before its writer noticed the change): they belong to where they were read.
+   stream already on a newer one, beside records of its own, are stragglers that landed in the
+   new topic (a retry sent before its writer noticed the change): they belong to where they
+   were read. A batch with nothing but older IDs' records is not applied at all
+   (:meth:`invariants.topic_lifecycle.TopicLifecycle.apply_named_reads`: it may be the old log,
+   fetched from a broker that had not deleted it yet).
 2. **Offsets going backwards** (Spark resuming lower: a truncated log, or a new, shorter one). A
    stream whose ID is known to be gone moves to the newest ID known for the name; otherwise the
    runtime is asked for the name's ID *now* (``fresh_id``, a metadata lookup made only then):
@@ -35,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from invariants.model import Read, is_canary
+from invariants.model import Read
 
 
 @dataclass
@@ -44,8 +47,28 @@ class Stream:
     last_offset: int
 
 
+def _lowest_and_highest_seqs(reads: Sequence[Read]) -> list[Read]:
+    """Per writer incarnation, the canary reads of its lowest and highest seq: a writer's seqs
+    only grow, and so do the IDs they were intended for, so these two name the oldest and the
+    newest ID any of its reads names."""
+    span: dict[tuple[Any, Any], list[Read]] = {}
+    for r in reads:
+        w, inc, seq = r.ident
+        if w == "x":
+            continue
+        got = span.get((w, inc))
+        if got is None:
+            span[(w, inc)] = [r, r]
+        elif seq < got[0].ident[2]:
+            got[0] = r
+        elif seq > got[1].ident[2]:
+            got[1] = r
+    return [r for lo, hi in span.values() for r in ((lo,) if lo is hi else (lo, hi))]
+
+
 class TopicAttribution:
     def __init__(self) -> None:
+        self.named: str | None = None  # the newest ID the last attributed batch's content named
         self.ids: dict[str, list[str]] = {}  # name -> topic IDs, oldest first
         self.gone: dict[str, str] = {}  # topic ID -> why it is no longer read ("vanished", "retired")
         self.streams: dict[tuple[str, str, int], Stream] = {}  # (isolation, name, partition)
@@ -74,22 +97,28 @@ class TopicAttribution:
         ids = self.ids.get(name, [])
         return a in ids and b in ids and ids.index(a) > ids.index(b)
 
+    def older(self, name: str, a: str, b: str) -> bool:
+        """``a`` is an ID ``name`` stood for before ``b``."""
+        return self._newer(name, b, a)
+
     def attribute(self, iso: str, name: str, partition: int, reads: Sequence[Read],
                   topic_of: Callable[[Read], str | None],
                   fresh_id: Callable[[str], str | None] = lambda _n: None) -> str | None:
         """The topic ID of ``reads`` (one reader's batch of one partition, offset order); None when
         nothing is known of ``name``. ``topic_of``: a record's ID by its content; ``fresh_id``:
         the name's ID now (asked only for a new stream and when offsets go backwards)."""
+        self.named = None
         if not reads:
             return None
         key = (iso, name, partition)
         content = None
-        for r in reads:
-            tid = topic_of(r) if is_canary(r.ident) else None
+        for r in _lowest_and_highest_seqs(reads):
+            tid = topic_of(r)
             if tid is not None:
                 self.note(name, tid)
                 if content is None or self._newer(name, tid, content):
                     content = tid
+        self.named = content
         s = self.streams.get(key)
         if s is None:
             tid = content

@@ -29,6 +29,7 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "lost_by_writer": [[w, iso.value, d.value, cause, n]
                            for (w, iso, d, cause), n in ck.sink.lost_by_writer.items()],
         "records_checked": {iso.value: n for iso, n in ck.records_checked.items()},
+        "old_log_reads": {iso.value: n for iso, n in ck.old_log_reads.items()},
         "log_start": [[tid, p, off] for (tid, p), off in ck.log_start.items()],
         "views": [[key.to_doc(), v.to_doc()] for key, v in ck.views.items()],
         "dirty": [key.to_doc() for key in ck._dirty],
@@ -63,6 +64,7 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     for w, iso, d, cause, n in doc["lost_by_writer"]:
         ck.sink.lost_by_writer[(w, Isolation(iso), Durability(d), cause)] = n
     ck.records_checked = {Isolation(k): n for k, n in doc["records_checked"].items()}
+    ck.old_log_reads = {Isolation(k): n for k, n in doc.get("old_log_reads", {}).items()}  # absent before
     ck.log_start = {(tid, p): off for tid, p, off in doc["log_start"]}
     ck.views = {ViewKey.from_doc(k): PartitionView.from_doc(v) for k, v in doc["views"]}
     ck._dirty = {ViewKey.from_doc(k) for k in doc["dirty"]}

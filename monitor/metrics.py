@@ -116,6 +116,7 @@ class WatchSnapshot:
     unconfirmed_missing: dict = field(default_factory=dict)  # Isolation -> int
     writers: list = field(default_factory=list)  # (name, acks, idempotence, transactional) of the canary writers
     refetches: int = 0
+    old_log_reads: dict = field(default_factory=dict)  # Isolation -> records
     list_offsets_failures: int = 0
     topics: dict = field(default_factory=dict)  # topic ID -> (name, state: current | gone reason | known)
     clock_skew: dict = field(default_factory=dict)  # writer name -> seconds its clock is ahead of the brokers'
@@ -192,6 +193,13 @@ class WatchCollector:
         yield skew
         yield CounterMetricFamily("vigil_refetches", "Ranges read again directly to confirm a verdict or follow a "
                                   "rewrite.", value=s.refetches)
+        old = CounterMetricFamily("vigil_old_log_reads", "Records Spark fetched under a topic name from the log of "
+                                  "an ID the name no longer stands for (a broker that had not yet deleted a "
+                                  "recreated topic's old log): not checked; what the new log holds there is read "
+                                  "again.", labels=["isolation"])
+        for iso in READERS:
+            old.add_metric([iso.value], s.old_log_reads.get(iso, 0))
+        yield old
         yield CounterMetricFamily("vigil_list_offsets_failures", "Partition end listings of the prober that got no "
                                   "answer (their last known values were kept).", value=s.list_offsets_failures)
         checked = CounterMetricFamily("vigil_records_checked", "Canary records read and checked, per reader.",

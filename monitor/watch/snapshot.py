@@ -42,7 +42,8 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         rewrites={p: ck.offsets.rewrites.get((view.topic_id, p), 0) for p in range(view.partitions)},
         unconfirmed_missing=dict(ck.unconfirmed.missing),
         writers=sorted((w.name, w.acks, w.idempotence, w.transactional) for w in ck.writer_info.values()),
-        refetches=st.refetches, list_offsets_failures=view.list_offsets_failures,
+        refetches=st.refetches, old_log_reads=dict(ck.old_log_reads),
+        list_offsets_failures=view.list_offsets_failures,
         topics=topic_states(ck, view.topic_id), clock_skew=dict(view.clock_skew),
     )
 

@@ -44,8 +44,14 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
         # what the partitions held when stopped: at most the writers' rates more per second since
         per_partition = sum(w.rate for w in cfg.writers) / len(info.leaders)
         old_end = {p: end + int(per_partition * (time.monotonic() - listed_at + 2)) for p, end in old_end.items()}
+        stopped_at = time.monotonic()
         for p in wiped:
             shutil.rmtree(cluster.node_dir(node) / "data" / f"{cfg.canary.name}-{p}")
+        # down long enough that a transaction caught by the stop holds the other partitions' LSO far
+        # longer than the threshold (6 s): the prober lists every 2-4 s and the audit times the
+        # ledger's acknowledgements, so a hang within a listing interval of the threshold may be
+        # counted by one side only (measured: ~8 s down, the audit counted 2, live 0)
+        time.sleep(max(0.0, 16 - (time.monotonic() - stopped_at)))
         cluster.start_node(node)
         cluster.wait_ready(90)
         wait_for(lambda: all(violations(port)[("lost_write", iso)] > 0 for iso in ISOS), 120,
@@ -79,9 +85,11 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     assert {e["partition"] for e in lost} <= set(wiped)
     # whatever Kafka does with the reused offsets, live and audit agree on what the final log
     # shows; what only re-reads can see (an offset read with one record, now holding another) is
-    # live-only and recorded in the evidence
+    # live-only and recorded in the evidence (lso_stuck, a liveness verdict the audit recomputes, is
+    # held below)
     for key, n in audit.items():
-        assert live.get(key) == n, (key, live, audit)
+        if key[0] in HISTORY:
+            assert live.get(key) == n, (key, live, audit)
     for key, n in live.items():
         if key[0] != "inconsistent_offset":
             assert audit.get(key) == n, (key, live, audit)

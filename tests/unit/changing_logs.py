@@ -117,6 +117,11 @@ class Sim:
     generations: int = 0
     seen_change_at: int = 0  # how much of the ledger existed when the runtime last looked the topic up
     violations: list = field(default_factory=list)  # every verdict the checker returned
+    # reads still to be served from the log the topic had before its last recreation (an executor
+    # whose client still holds the old ID, fetching from a broker that has not deleted it yet)
+    old_log_reads: int = 0
+    old_logs: dict = field(default_factory=dict)
+    served_old: int = 0
 
     def __post_init__(self) -> None:
         self.logs = {p: [] for p in range(self.partitions)}
@@ -137,6 +142,15 @@ class Sim:
         end = min(at + k, len(log))
         reads = [Read(o, log[o].ident) for o in range(at, end) if log[o] is not None]
         self.pos[(iso, p)] = end
+        old = self.old_logs.get(p, [])
+        if self.old_log_reads and self.rng.random() < 0.5 and any(old[o] is not None for o in range(at, min(end, len(old)))):
+            self.old_log_reads -= 1  # the range planned on the new log, fetched from the old one
+            self.served_old += 1
+            stale = [Read(o, old[o].ident) for o in range(at, min(end, len(old))) if old[o] is not None]
+            if not self.checker.apply_named_reads(iso, TOPIC, p, stale, self.describe):
+                self.checker.note_topic(TOPIC, self.describe(TOPIC))
+                assert self.checker.apply_named_reads(iso, TOPIC, p, stale, self.describe)
+            return
         if reads and self.intents_first:
             self.deliver(max(log[o].intent_at for o in range(at, end) if log[o] is not None) - self.delivered)
         if reads:
@@ -177,6 +191,7 @@ class Sim:
         old = self.tid
         self.generations += 1
         self.tid = f"{TOPIC}-g{self.generations}"
+        self.old_logs = self.logs
         self.logs = {p: [] for p in range(self.partitions)}
         self.log_start = {p: 0 for p in range(self.partitions)}
         self.seen_end = {p: 0 for p in range(self.partitions)}

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from invariants.attribution import TopicAttribution
 from invariants.checker import Checker
 from invariants.ledger_format import (
@@ -252,3 +254,48 @@ def test_a_refetch_that_read_the_old_log_under_the_name_is_refused():
     assert not ck.apply_refetched(RC, "B", 0, old_log, (0, 3))
     assert ck.view(RC, "B", 0).at == {o: ident for o, ident in on_b}  # B's records, untouched
     assert n
+
+
+@pytest.mark.parametrize("next_batch", [7, 12])
+def test_a_batch_of_the_old_log_fetched_under_the_name_after_a_recreation_is_not_applied(next_batch):
+    """Spark plans a range on the new topic B, an executor whose client still holds A's ID fetches
+    it from a broker that has not deleted A yet: A's records at B's offsets. Not applied to B
+    (counted as old-log reads); B's writes there, passed unread, are read again and found — also
+    when the reader is still inside their settle window (read at 5..6 only: the write acked at 4
+    waits, and the re-read finds it where it was acked)."""
+    led, written = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.apply_ledger(led.entries)
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(written))
+    ck.settle()
+    n = len(led.entries)
+    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
+    on_b = led.acked("B", list(range(12)))
+    ck.apply_ledger(led.entries[n:])
+    ck.begin_batch()
+    ck.settle()
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(on_b[:2]), lambda _n: "B")  # back to 0: B now
+        assert ck.apply_named_reads(iso, "c", 0, reads(written[2:5]))  # A's records at 2..4
+        assert ck.apply_named_reads(iso, "c", 0, reads(on_b[5:next_batch]))
+    assert ck.old_log_reads == {RC: 3, RU: 3}
+    assert all(ck.view(iso, "B", 0).at.get(o) != ident for iso in (RC, RU) for o, ident in written[2:5])
+    assert not any(v.topic_id == "B" for v in ck.settle())
+    wanted = ck.refetch_wanted()
+    assert [(w.topic_id, w.lo) for w in wanted] == [("B", 2)]
+    for _ in range(3):  # records found where the reader had seen none: the rest is read once more too
+        for w in wanted:
+            for iso in (RC, RU):
+                assert ck.apply_refetched(iso, "B", 0, reads(on_b[w.lo:w.hi]), (w.lo, w.hi))
+        ck.settle()
+        wanted = ck.refetch_wanted()
+    for iso in (RC, RU):
+        ck.apply_named_reads(iso, "c", 0, reads(on_b[next_batch:]))
+    ck.settle()
+    live = counts(ck)
+    assert set(live) == {("lost_write", "read_committed"), ("lost_write", "read_uncommitted")}  # A's, vanished
+    final = {iso: {("B", 0): [(o, ident, 0) for o, ident in on_b]} for iso in (RC, RU)}
+    res = audit(led.entries, final, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "B"})
+    assert {(i.value, s.value): k for (i, s), k in res.nonzero().items()} == live
+    assert ck.refetch_wanted() == []
