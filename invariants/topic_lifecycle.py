@@ -76,11 +76,12 @@ class TopicLifecycle:
         A batch attributed to an ID whose canary records were all intended for *older* IDs of the
         name is not applied (counted in ``old_log_reads``): right after a topic is recreated, an
         executor whose client still holds the old ID may fetch the old log from a broker that has
-        not yet deleted it, at the offsets Spark planned on the new one — measured on the local
-        cluster under the suite's load, 34 false ``inconsistent_offset`` and 32 false
-        ``lost_write`` on a new ID that way. What the new log holds there is read again where an
-        acknowledged write was passed without being read (:mod:`invariants.acked_writes`: a gap
-        is read again first). The price: a batch of the new log holding nothing but stragglers
+        not yet deleted it, at the offsets Spark planned on the new one (a CI run under the suite's
+        load counted 34 false ``inconsistent_offset`` and 32 false ``lost_write`` on a new ID, at
+        offsets read holding records of writer incarnations older than the deletion, which the new
+        log did not hold there; the property tests replay such fetches). What the new log holds
+        there is read again where an acknowledged write was passed without being read
+        (:mod:`invariants.acked_writes`: a gap is read again first). The price: a batch of the new log holding nothing but stragglers
         (an old ID's records that landed in the new topic) is not checked on the new ID either."""
         def fresh(n: str) -> str | None:
             now = fresh_id(n)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 import psutil
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from invariants.ledger_format import Intent, OutcomeRun, Outcomes, Start, Stop, WriteOutcome, WriteRange, WriterSettings
 from monitor import client_config, clients, record_format
@@ -146,7 +146,7 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
         ledger = open_ledger(cfg, identity)
         ledger.append(Start(info.name, info.topic_id, info.partitions, WriterSettings(name="bench", role="bench")),
                       sync=True)
-        producer = Producer(client_config.bench_producer(cfg))
+        producer = clients.producer(client_config.bench_producer(cfg), "bench", cfg)
         seq = [0] * info.partitions
         written, started = have, time.monotonic()
         while written < records:

@@ -12,12 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from invariants.errors import VigilError
 from invariants.ledger_format import TopicSettings
 from monitor import client_config
+from monitor.client_errors import ERRORS
 from monitor.config import Config
 
 
@@ -46,15 +47,34 @@ class ClientError(VigilError):
     pass
 
 
+def reporting(conf: dict, client: str, config: Config, ledger: bool = False,
+              also: Callable[[Any], None] | None = None) -> dict:
+    """``conf`` with an error callback that reports to :data:`monitor.client_errors.ERRORS` as
+    ``client`` (``also``: the client's own callback, called first)."""
+    security = (config.ledger_kafka() if ledger else config.kafka).security
+    settings = "ledger.kafka.security" if ledger and config.ledger.kafka is not None else "kafka.security"
+    return {**conf, "error_cb": ERRORS.callback(client, settings, security.sasl_username, also)}
+
+
+def producer(conf: dict, client: str, config: Config, ledger: bool = False,
+             also: Callable[[Any], None] | None = None) -> Producer:
+    return Producer(reporting(conf, client, config, ledger, also))
+
+
 def admin(config: Config, ledger: bool = False) -> AdminClient:
     """An admin client for the canary cluster (or the ledger's)."""
-    return AdminClient(client_config.admin(config, ledger))
+    return AdminClient(reporting(client_config.admin(config, ledger), "admin", config, ledger))
 
 
 def consumer(config: Config, isolation: str, group: str, ledger: bool = False,
              profile: client_config.Profile = "default") -> Consumer:
-    """An ``assign()`` reader of the canary cluster (or the ledger's); see :mod:`monitor.client_config`."""
-    return Consumer(client_config.consumer(config, isolation, group, ledger, profile))
+    """An ``assign()`` reader of the canary cluster (or the ledger's); see :mod:`monitor.client_config`.
+    Its errors are reported under its group's name (``vigil-prober-read_committed``: ``prober``)."""
+    client = group.removeprefix("vigil-")
+    for suffix in ("-read_committed", "-read_uncommitted", "-ledger"):
+        client = client.removesuffix(suffix)
+    return Consumer(reporting(client_config.consumer(config, isolation, group, ledger, profile), client, config,
+                              ledger))
 
 
 # a leader moving or just elected (OFFSET_NOT_AVAILABLE: its high watermark not established yet)
@@ -98,7 +118,11 @@ class TopicInfo:
 
 
 def describe_topic(client: AdminClient, name: str, timeout: float = 10.0) -> TopicInfo | None:
-    md = client.list_topics(timeout=timeout)
+    try:
+        md = client.list_topics(timeout=timeout)
+    except KafkaException:
+        client.poll(0)  # serve the client's error callback: why no broker answered (credentials refused?)
+        raise
     if name not in md.topics or md.topics[name].error is not None:
         return None
     futures = client.describe_topics(TopicCollection([name]), request_timeout=timeout)

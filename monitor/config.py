@@ -106,6 +106,10 @@ class ClusterConfig(_Model):
     broker_overrides: dict[str, ClientValue] = Field(
         default_factory=dict, description="extra server.properties entries for every node")
     start_timeout_s: float = Field(60.0, gt=0, description="how long `cluster up` waits for readiness")
+    security: Literal["plaintext", "sasl_ssl"] = Field(
+        "plaintext", description="the client listener: plaintext, or sasl_ssl (SCRAM-SHA-512 over TLS with ACLs: "
+        "a CA and broker certificate made under state_dir/tls, the kafka.security user created with the ACLs "
+        "Vigil needs)")
 
     @property
     def bootstrap_servers(self) -> str:

@@ -79,8 +79,8 @@ class _Drill:
 
     def new_producer(self, idempotent: bool = True, transactional_id: str | None = None,
                      txn_timeout_ms: int = 60000) -> Producer:
-        return Producer(client_config.drill_producer(self.config, self.identity.instance_id, idempotent,
-                                                     transactional_id, txn_timeout_ms))
+        return clients.producer(client_config.drill_producer(self.config, self.identity.instance_id, idempotent,
+                                                             transactional_id, txn_timeout_ms), "drill", self.config)
 
     def seqs(self, n: int) -> list[int]:
         first = self.next_seq

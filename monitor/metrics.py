@@ -125,6 +125,25 @@ class WatchSnapshot:
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
 
 
+class ClientErrorsCollector:
+    """``vigil_client_errors_total{client,kind}``: errors the Kafka clients of this process reported
+    on their own (:mod:`monitor.client_errors`), from ``counts()`` at scrape time."""
+
+    def __init__(self, counts: Callable[[], dict]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        fam = CounterMetricFamily("vigil_client_errors", "Errors the Kafka clients reported on their own, by client "
+                                  "(writer-<name>, ledger, admin, prober, refetch, audit, drill, bench, evidence) "
+                                  "and kind (authentication: credentials refused; authorization: an ACL missing; "
+                                  "tls; transport: brokers unreachable; other). The clients retry by themselves; "
+                                  "the first two kinds are also said on stderr, naming the setting to check.",
+                                  labels=["client", "kind"])
+        for (client, kind), n in sorted(self.counts().items()):
+            fam.add_metric([client, kind], n)
+        yield fam
+
+
 class WatchCollector:
     """Exports a :class:`WatchSnapshot` obtained from ``snapshot()`` at scrape time.
 

@@ -134,6 +134,12 @@ def topic_rules() -> list[dict[str, Any]]:
               "the prober cannot list some canary partitions' ends",
               "For 10 minutes, some partition leaders did not answer the prober's ListOffsets: stalled_poll and "
               "lso_stuck on those partitions are judged on the last known ends.", "5m"),
+        _rule("VigilClientRefused",
+              'sum by (client, kind) (increase(vigil_client_errors_total{kind=~"authentication|authorization|tls"}'
+              '[5m])) > 0', "critical", "Vigil's {{ $labels.client }} client is refused by the cluster "
+              "({{ $labels.kind }})",
+              "For 5 minutes the brokers refused the credentials, an ACL or the TLS handshake of a Vigil client: "
+              "what it should see is not being checked. The monitor's stderr names the setting to fix.", "5m"),
     ]
 
 
@@ -155,6 +161,18 @@ def topic_tests(rule: dict[str, Any]) -> list[dict[str, Any]]:
             _case(f"{a} silent on a missed scrape", [(s, "-45x20 _ -45x20")], [("2m", a, [])]),
             _case(f"{a} silent across a monitor restart", [(s, "0.1x20 _x4 -0.2x20")], [("10m", a, [])]),
             _case(f"{a} silent on a short jump", [(s, "0x10 60x4 0x20")], [("10m", a, [])]),
+        ]
+    if a == "VigilClientRefused":
+        s = 'vigil_client_errors_total{client="admin",kind="authentication"}'
+        noise = 'vigil_client_errors_total{client="prober",kind="transport"}'
+        return [
+            _case(f"{a} fires when the credentials keep being refused", [(s, "0x10 0+3x40")],
+                  [("4m", a, []), ("9m", a, _fired(rule, {"client": "admin", "kind": "authentication"}))]),
+            _case(f"{a} silent on a clean series", [(s, "0x40")], [("10m", a, [])]),
+            _case(f"{a} silent on brokers that are only unreachable", [(noise, "0x10 0+5x40")], [("10m", a, [])]),
+            _case(f"{a} silent after a refusal fixed at once", [(s, "0x10 1x30")], [("10m", a, [])]),
+            _case(f"{a} silent on a missed scrape", [(s, "0x20 _ 0x20")], [("10m", a, [])]),
+            _case(f"{a} silent across a monitor restart", [(s, "4x20 _x4 0x20")], [("10m", a, [])]),
         ]
     s = "vigil_list_offsets_failures_total"
     return [

@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from monitor import client_config, clients
 from monitor.canary.topic_watch import TopicObserver
@@ -38,12 +38,32 @@ def prepare_topics(config: Config) -> Topics:
     return Topics(canary, ledger)
 
 
+def prepare_topics_patiently(config: Config, stop: threading.Event, say: Callable[[str], None],
+                             longest_wait_s: float = 30.0) -> Topics | None:
+    """:func:`prepare_topics`, tried again with a growing wait while the cluster cannot be reached
+    or refuses the client (wrong credentials, a missing ACL: the clients' own line names the
+    setting, :mod:`monitor.client_errors`); None when ``stop`` was set first. A refusal Vigil
+    cannot wait out (a bad topic setting) is raised."""
+    wait = 1.0
+    while True:
+        try:
+            return prepare_topics(config)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            why = err.str() if err is not None else type(exc).__name__
+            say(f"vigil: the canary and ledger topics could not be prepared ({why}); trying again in {wait:.0f} s")
+        if stop.wait(wait):
+            return None
+        wait = min(wait * 2, longest_wait_s)
+
+
 def writer_instance_id(config: Config, writer: WriterConfig) -> str:
     return f"{config.resolved_instance_id()}-{writer.name}"
 
 
 def open_ledger(config: Config, identity: WriterIdentity) -> LedgerWriter:
-    producer = Producer(client_config.ledger_producer(config, identity.instance_id))
+    producer = clients.producer(client_config.ledger_producer(config, identity.instance_id), "ledger", config,
+                                ledger=True)
     return LedgerWriter(producer, config.ledger.topic, identity.instance_id, identity.writer_id,
                         identity.incarnation)
 
@@ -54,7 +74,8 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
     ledger = open_ledger(config, identity)
 
     def factory(error_cb: Callable[[Any], None]) -> Producer:
-        return Producer(client_config.canary_producer(config, writer, identity.instance_id, error_cb))
+        return clients.producer(client_config.canary_producer(config, writer, identity.instance_id), f"writer-{writer.name}",
+                                config, also=error_cb)
 
     admin = clients.admin(config)
     observer = TopicObserver(admin, topics.canary.name, config.ledger.checkpoint_interval_s)

@@ -36,7 +36,7 @@ def bench(
     the ratios of one run, and repeat for medians.
     """
     from monitor.bench import run_bench
-    from monitor.cluster.local_cluster import LocalCluster
+    from monitor.cluster.access import up_for
 
     cfg = load_config(config)
     cfg = cfg.model_copy(update={
@@ -45,7 +45,7 @@ def bench(
         "ledger": cfg.ledger.model_copy(update={"topic": f"vigil-bench-{records}-ledger"}),
     })
     if cfg.embedded:
-        LocalCluster(cfg.cluster, progress).up()
+        up_for(cfg, progress)
     which = tuple((only or "bare,spark,checker").split(",")) + (("live",) if live else ())
     unknown = set(which) - {"bare", "spark", "checker", "live"}
     if unknown:

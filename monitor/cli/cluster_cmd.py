@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
+from monitor.cluster.access import up_for
 from monitor.cluster.local_cluster import ClusterStatus, LocalCluster
 
 app = typer.Typer(
@@ -45,7 +46,7 @@ def up(config: Optional[Path] = ConfigOption,
        timeout: Optional[float] = typer.Option(None, help="Seconds to wait for readiness.")) -> None:
     """Start the cluster (idempotent: only what is not running is started)."""
     started = time.monotonic()
-    status = _cluster(config).up(timeout)
+    status = up_for(load_config(config), progress, timeout)
     print_status(status)
     console.print(f"ready in {time.monotonic() - started:.1f} s")
 

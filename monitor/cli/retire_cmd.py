@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from confluent_kafka import Producer
 
 from invariants.errors import VigilError
 from invariants.ledger_format import Retire
@@ -45,7 +44,7 @@ def retire(
             raise RetireError(f"canary topic {name!r} does not exist: name the ID to retire with --topic-id")
         topic_id = info.topic_id
     instance = f"{cfg.resolved_instance_id()}-retire-{secrets.token_hex(4)}"
-    producer = Producer(client_config.ledger_producer(cfg, instance))
+    producer = clients.producer(client_config.ledger_producer(cfg, instance), "ledger", cfg, ledger=True)
     ledger = LedgerWriter(producer, cfg.ledger.topic, instance, secrets.randbits(63), 0)
     ledger.append(Retire(name, topic_id, reason), sync=True)
     if as_json:

@@ -16,10 +16,10 @@ import typer
 from prometheus_client import CollectorRegistry
 from rich.live import Live
 
-from monitor.canary.runner import WriterThread, open_writer, prepare_topics
+from monitor.canary.runner import WriterThread, open_writer, prepare_topics_patiently
 from monitor.cli.common import ConfigOption, err_console, load_config, print_endpoints, print_json, progress
 from monitor.cli.produce_cmd import status_line, writer_summary
-from monitor.cluster.local_cluster import LocalCluster
+from monitor.cluster.access import up_for
 from monitor.metrics import producer_metrics
 from monitor.signals import install_stop_handlers
 from monitor.watch.runtime import WatchRuntime
@@ -39,15 +39,19 @@ def run(
     """
     cfg = load_config(config)
     if cfg.embedded:
-        status = LocalCluster(cfg.cluster, progress).up()
+        status = up_for(cfg, progress)
         err_console.print(f"local cluster up: {status.bootstrap_servers} "
                           f"(active controller: node {status.active_controller})")
     registry = CollectorRegistry()
     metrics = producer_metrics(registry)
-    topics = prepare_topics(cfg)
     runtime = WatchRuntime(cfg, progress)
+    runtime.serve_metrics(registry)  # from the start: a cluster that refuses the clients shows there
     requested, writers_stop = threading.Event(), threading.Event()
     install_stop_handlers(requested)
+    topics = prepare_topics_patiently(cfg, requested, progress)
+    if topics is None:
+        err_console.print("stopped before the canary and ledger topics could be prepared")
+        return
     threads = [WriterThread(open_writer(cfg, w, topics, metrics), writers_stop, None) for w in cfg.writers]
     for t in threads:
         t.start()

@@ -148,8 +148,28 @@ class ClusterLayout:
             "unclean.leader.election.interval.ms": "1000",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if c.security == "sasl_ssl":
+            props["listener.security.protocol.map"] = "CLIENT:SASL_SSL,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            props.update(SECURED_PROPERTIES)
         props.update({k: _prop_value(v) for k, v in c.broker_overrides.items()})
         return props
+
+
+# The client listener of a secured cluster (cluster.security: sasl_ssl): SCRAM-SHA-512 over TLS,
+# KRaft's StandardAuthorizer with no access without an ACL. The internal listeners stay plaintext
+# on loopback and authenticate as User:ANONYMOUS, which must be a super user or brokers cannot
+# register with the controllers; vigil-admin is the cluster's own super user (its checks, SCRAM
+# users and ACLs). The key store's location and password are added by the cluster (per machine).
+SECURED_PROPERTIES = {
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    "listener.name.client.scram-sha-512.sasl.jaas.config":
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    "listener.name.client.ssl.keystore.type": "PKCS12",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS;User:vigil-admin",
+    "allow.everyone.if.no.acl.found": "false",
+}
 
 
 def _prop_value(value: object) -> str:

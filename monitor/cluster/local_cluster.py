@@ -39,6 +39,7 @@ from monitor.cluster.links import LinkControl
 from monitor.cluster.netproxy import send_command
 from monitor.cluster.processes import accepts, port_in_use, port_owner, terminate, wait_gone
 from monitor.cluster.status import ClusterStatus, NodeStatus
+from monitor.cluster.tls import ADMIN_USER, TlsFiles, ensure_tls
 from monitor.config import ClusterConfig
 
 LOG4J2 = """status = warn
@@ -140,10 +141,34 @@ class LocalCluster(LinkControl):
                 raise ClusterError(f"port {host}:{port} is already in use by {port_owner(host, port)}; "
                                    "free it or change cluster.*_port_base in the config")
 
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The secured cluster's CA, key store and secrets (made on first use); None: plaintext."""
+        if self.config.security != "sasl_ssl":
+            return None
+        return ensure_tls(self.state_dir / "tls", [n.hostname for n in self.layout.nodes])
+
+    def admin_conf(self) -> dict:
+        """librdkafka settings of the cluster's own admin client (vigil-admin on a secured one)."""
+        conf = client_config.local_admin(self.bootstrap_servers)
+        tls = self.tls
+        if tls is not None:
+            conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                         "sasl.username": ADMIN_USER, "sasl.password": tls.admin_password,
+                         "ssl.ca.location": str(tls.ca_pem)})
+        return conf
+
     def _write_node_files(self, node: NodeLayout, meta: dict) -> None:
         d = self.node_dir(node.node_id)
         (d / "data").mkdir(parents=True, exist_ok=True)
         props = self.layout.server_properties(node.node_id, str(d / "data"))
+        tls = self.tls
+        if tls is not None:
+            props.update({"listener.name.client.ssl.keystore.location": str(tls.broker_p12),
+                          "listener.name.client.ssl.keystore.password": tls.keystore_password,
+                          "listener.name.client.ssl.key.password": tls.keystore_password})
+            (d / "server.properties").touch(mode=0o600)
+            os.chmod(d / "server.properties", 0o600)  # it holds the key store's password
         (d / "server.properties").write_text(render_properties(props))
         (d / "hosts").write_text(self.layout.hosts_file(node.node_id))
         (d / "log4j2.properties").write_text(LOG4J2)
@@ -156,6 +181,9 @@ class LocalCluster(LinkControl):
         cmd = [meta["java"], "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format",
                f"--cluster-id={meta['cluster_id']}", "-c", str(d / "server.properties"),
                "--feature", f"eligible.leader.replicas.version={elr}"]
+        tls = self.tls
+        if tls is not None:  # the super user exists before any broker listens
+            cmd += ["--add-scram", f"SCRAM-SHA-512=[name={ADMIN_USER},password={tls.admin_password}]"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ClusterError(f"formatting node {node.node_id} failed:\n{proc.stdout}{proc.stderr}")
@@ -302,7 +330,7 @@ class LocalCluster(LinkControl):
         from confluent_kafka.admin import AdminClient
 
         try:
-            md = AdminClient(client_config.local_admin(self.bootstrap_servers)).list_topics(timeout=5)
+            md = AdminClient(self.admin_conf()).list_topics(timeout=5)
             return len(md.brokers)
         except Exception:  # noqa: BLE001 - not ready yet
             return 0

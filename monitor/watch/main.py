@@ -87,11 +87,13 @@ def watch(cfg: Config, duration: float | None = None, progress: Callable[[str], 
           on_start: Callable[[Config], None] = lambda _c: None, until_caught_up: bool = False) -> WatchRuntime:
     """`vigil watch`: topics, durable state, signal handling, then :func:`run_watch`.
     ``until_caught_up``: stop once a trigger found nothing left to read (check what is there, then stop)."""
-    from monitor.canary.runner import prepare_topics
+    from monitor.canary.runner import prepare_topics_patiently
 
-    prepare_topics(cfg)
     runtime = WatchRuntime(cfg, progress)
+    runtime.serve_metrics()  # from the start: a cluster that refuses the clients shows there
     install_stop_handlers(runtime.stop)
+    if prepare_topics_patiently(cfg, runtime.stop, progress) is None:
+        return runtime
     on_start(cfg)
     if until_caught_up:
         def stop_when_caught_up() -> None:

@@ -19,9 +19,10 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry
 
 from invariants.model import Settings, Violation
-from monitor import client_config
+from monitor import client_config, clients
 from monitor.config import Config
-from monitor.metrics import WatchCollector, WatchSnapshot
+from monitor.client_errors import ERRORS
+from monitor.metrics import ClientErrorsCollector, WatchCollector, WatchSnapshot
 from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch.batch import apply_batch
@@ -46,6 +47,7 @@ class WatchRuntime:
     def __init__(self, cfg: Config, progress: Callable[[str], None] = lambda _m: None) -> None:
         self.cfg = cfg
         self.progress = progress
+        self._served: CollectorRegistry | None = None  # the registry /metrics serves, once served
         self.settings = Settings(cfg.watch.settle_offsets, cfg.watch.horizon_offsets)
         self.dir = cfg.checkpoint_dir()
         self.lock = threading.RLock()
@@ -75,9 +77,8 @@ class WatchRuntime:
         """A producer for the optional evidence topic (created compacted by `vigil watch`)."""
         if not self.cfg.watch.evidence.topic:
             return None
-        from confluent_kafka import Producer
 
-        return Producer(client_config.evidence_producer(self.cfg))
+        return clients.producer(client_config.evidence_producer(self.cfg), "evidence", self.cfg)
 
     # -- the batch handler -----------------------------------------------------------------
 
@@ -227,8 +228,12 @@ class WatchRuntime:
                 self.lock.release()
 
     def serve_metrics(self, registry: CollectorRegistry | None = None) -> CollectorRegistry:
-        registry = registry or CollectorRegistry()
+        """Serve /metrics (once: a second call returns the registry already served)."""
+        if self._served is not None:
+            return self._served
+        registry = self._served = registry or CollectorRegistry()
         registry.register(WatchCollector(lambda: self.published))
+        registry.register(ClientErrorsCollector(ERRORS.snapshot))
         if self.cfg.metrics.port:
             http.serve(self.cfg.metrics.bind, self.cfg.metrics.port, registry, self.ready)
         return registry

@@ -1,0 +1,88 @@
+"""Errors the Kafka clients report on their own (librdkafka's error callback), per client and kind.
+
+Every client Vigil builds (:mod:`monitor.client_config`) reports here. Counted for
+``vigil_client_errors_total{client,kind}``; the kinds an operator must act on — the brokers
+refused the credentials, or an ACL does not allow what the client asked — are also said as one
+line naming the client and the setting to check, at most once a minute per client and kind (the
+clients retry on their own meanwhile). Nothing said or counted carries a secret: the line holds
+the user name and the client's own error text, which never includes the password.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from confluent_kafka import KafkaError
+
+KINDS = ("authentication", "authorization", "tls", "transport", "other")
+QUIET_S = 60.0
+
+_AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+_AUTHORIZATION = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                  KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+_TRANSPORT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
+
+
+def classify(err: KafkaError) -> str:
+    code = err.code()
+    if code in _AUTHENTICATION:
+        return "authentication"
+    if code in _AUTHORIZATION:
+        return "authorization"
+    if code == KafkaError._SSL:
+        return "tls"
+    return "transport" if code in _TRANSPORT else "other"
+
+
+def advice(kind: str, settings: str, user: str | None) -> str:
+    """What to check, naming the settings (``settings``: ``kafka.security`` or ``ledger.kafka.security``)."""
+    if kind == "authentication":
+        return (f"the brokers refused the credentials of {user!r}: check {settings}.sasl_username and "
+                f"{settings}.sasl_password (and sasl_mechanism)")
+    if kind == "authorization":
+        return f"an ACL does not allow this to {user!r}: grant it what the README's secured-cluster section lists"
+    return f"the TLS handshake failed: check {settings}.ssl_ca_location (the CA that signed the brokers' certificates)"
+
+
+class ClientErrors:
+    def __init__(self, say: Callable[[str], None] | None = None, quiet_s: float = QUIET_S) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.quiet_s = quiet_s
+        self._said: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def report(self, client: str, err: KafkaError, settings: str = "kafka.security", user: str | None = None,
+               now: float | None = None) -> str:
+        """Count one error of ``client``; returns its kind."""
+        kind = classify(err)
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self.counts[(client, kind)] += 1
+            due = kind in ("authentication", "authorization", "tls") and \
+                now - self._said.get((client, kind), -self.quiet_s) >= self.quiet_s
+            if due:
+                self._said[(client, kind)] = now
+        if due:
+            self.say(f"vigil: {client}: {advice(kind, settings, user)} ({err.str()}); retrying")
+        return kind
+
+    def callback(self, client: str, settings: str = "kafka.security", user: str | None = None,
+                 also: Callable[[Any], None] | None = None) -> Callable[[KafkaError], None]:
+        """An ``error_cb`` for one client (``also``: the client's own callback, called first)."""
+        def on_error(err: KafkaError) -> None:
+            if also is not None:
+                also(err)
+            self.report(client, err, settings, user)
+        return on_error
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+ERRORS = ClientErrors()  # the process's clients all report here

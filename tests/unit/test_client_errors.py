@@ -1,0 +1,59 @@
+"""Errors the Kafka clients report: counted per client and kind, the ones to act on said once a
+minute naming the setting, never a secret."""
+
+from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry, generate_latest
+
+from monitor import clients
+from monitor.client_errors import ClientErrors, classify
+from monitor.config import parse
+from monitor.metrics import ClientErrorsCollector
+
+AUTH = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed during "
+                  "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")
+ACL = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+
+
+def test_kinds():
+    assert classify(AUTH) == "authentication" and classify(ACL) == "authorization"
+    assert classify(KafkaError(KafkaError._TRANSPORT)) == "transport"
+    assert classify(KafkaError(KafkaError._SSL)) == "tls" and classify(KafkaError(KafkaError._FAIL)) == "other"
+
+
+def test_an_authentication_failure_is_one_line_a_minute_naming_the_settings_and_every_one_is_counted():
+    said: list[str] = []
+    errors = ClientErrors(say=said.append)
+    for t in (0.0, 1.0, 30.0, 61.0):
+        errors.report("prober", AUTH, "kafka.security", "vigil-canary", now=t)
+    errors.report("prober", KafkaError(KafkaError._TRANSPORT, "down"), now=62.0)
+    assert errors.snapshot() == {("prober", "authentication"): 4, ("prober", "transport"): 1}
+    assert len(said) == 2  # at 0 and 61; transport errors are counted, not said
+    assert said[0].startswith("vigil: prober: ") and "kafka.security.sasl_password" in said[0]
+    assert "'vigil-canary'" in said[0] and "\n" not in said[0]
+    errors.report("writer-txn", ACL, "kafka.security", "vigil-canary", now=0.0)
+    assert "ACL" in said[-1] and said[-1].startswith("vigil: writer-txn: ")
+
+
+def test_every_client_reports_under_its_name_and_the_ledgers_settings_are_named_for_the_ledger():
+    cfg = parse({"kafka": {"security": {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                                        "sasl_username": "canary", "sasl_password": "pw-not-shown"}},
+                 "ledger": {"kafka": {"bootstrap_servers": "ledger:9092", "security": {
+                     "protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "led",
+                     "sasl_password": "pw2"}}}}, "t.yaml")
+    said: list[str] = []
+    errors = ClientErrors(say=said.append)
+    original, clients.ERRORS = clients.ERRORS, errors
+    try:
+        seen = []
+        conf = clients.reporting({}, "ledger", cfg, ledger=True, also=seen.append)
+        conf["error_cb"](AUTH)
+        assert seen == [AUTH] and "ledger.kafka.security.sasl_username" in said[-1] and "'led'" in said[-1]
+        clients.reporting({}, "admin", cfg)["error_cb"](AUTH)
+        assert said[-1].startswith("vigil: admin: ") and "'canary'" in said[-1]
+    finally:
+        clients.ERRORS = original
+    assert not any("pw" in line for line in said)
+    registry = CollectorRegistry()
+    registry.register(ClientErrorsCollector(errors.snapshot))
+    text = generate_latest(registry).decode()
+    assert 'vigil_client_errors_total{client="ledger",kind="authentication"} 1.0' in text
