@@ -30,7 +30,7 @@ def secured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("secured")
     ca = tmp / "cluster" / "tls" / "ca.pem"
     cfg, path = make_config(
-        tmp, client_base=25092, internal_base=26092, control_port=26090,
+        tmp, client_base=28092, internal_base=28292, control_port=28090,
         cluster={"security": "sasl_ssl"},
         kafka={"security": {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "vigil-canary",
                             "sasl_password": PASSWORD, "ssl_ca_location": str(ca)}},
