@@ -49,6 +49,7 @@ class EvidenceLog:
         self.producer = producer
         self.topic = topic
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)  # there from the start (empty until a violation): it can be followed
 
     def write(self, batch_id: int, violations: list[Violation], committed_bytes: int,
               incidents: dict[str, tuple[str, float]], topic_name: Callable[[str], str],

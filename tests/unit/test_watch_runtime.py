@@ -194,3 +194,12 @@ def test_a_partition_whose_re_read_fails_does_not_hold_up_the_others(runtime, mo
     monkeypatch.setattr(rt.state.checker, "apply_refetched", lambda iso, tid, p, reads, covered: applied.append(p))
     rt.service_refetches()
     assert applied == [1, 1] and rt.state.refetches == 1
+
+
+def test_the_evidence_log_exists_from_the_start_and_a_restart_keeps_what_it_holds(runtime):
+    rt = runtime()
+    path = rt.cfg.evidence_path()
+    assert path.exists() and path.read_bytes() == b""  # followable before any violation
+    path.write_bytes(b'{"kept": true}\n')
+    runtime()
+    assert path.read_bytes() == b'{"kept": true}\n'
