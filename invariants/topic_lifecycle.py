@@ -81,8 +81,9 @@ class TopicLifecycle:
         offsets read holding records of writer incarnations older than the deletion, which the new
         log did not hold there; the property tests replay such fetches). What the new log holds
         there is read again where an acknowledged write was passed without being read
-        (:mod:`invariants.acked_writes`: a gap is read again first). The price: a batch of the new log holding nothing but stragglers
-        (an old ID's records that landed in the new topic) is not checked on the new ID either."""
+        (:mod:`invariants.acked_writes`: a gap is read again first). The price: a batch of the new
+        log holding nothing but stragglers (an old ID's records that landed in the new topic) is
+        not checked on the new ID either."""
         def fresh(n: str) -> str | None:
             now = fresh_id(n)
             if now is not None:

@@ -10,7 +10,7 @@ opens them).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from monitor.config import ClientValue, Config, KafkaConfig, WriterConfig
 
@@ -33,8 +33,7 @@ def _base(config: Config, ledger: bool) -> Conf:
     return dict(kafka.librdkafka(bootstrap))
 
 
-def canary_producer(config: Config, writer: WriterConfig, instance_id: str,
-                    error_cb: Callable[[Any], None] | None = None) -> Conf:
+def canary_producer(config: Config, writer: WriterConfig, instance_id: str) -> Conf:
     conf = _base(config, ledger=False)
     conf.update({
         "client.id": f"vigil-{instance_id}",
@@ -58,8 +57,6 @@ def canary_producer(config: Config, writer: WriterConfig, instance_id: str,
     if writer.transactional:
         conf["transactional.id"] = f"vigil-{instance_id}"
         conf["transaction.timeout.ms"] = writer.transaction.timeout_ms
-    if error_cb is not None:
-        conf["error_cb"] = error_cb
     conf.update(writer.client_overrides)
     return conf
 

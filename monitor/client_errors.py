@@ -1,6 +1,6 @@
 """Errors the Kafka clients report on their own (librdkafka's error callback), per client and kind.
 
-Every client Vigil builds (:mod:`monitor.client_config`) reports here. Counted for
+Every client Vigil opens (:mod:`monitor.clients`) reports here. Counted for
 ``vigil_client_errors_total{client,kind}``; the kinds an operator must act on — the brokers
 refused the credentials, or an ACL does not allow what the client asked — are also said as one
 line naming the client and the setting to check, at most once a minute per client and kind (the
@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from confluent_kafka import KafkaError
 
-KINDS = ("authentication", "authorization", "tls", "transport", "other")
 QUIET_S = 60.0
+SAID = ("authentication", "authorization", "tls")  # the kinds an operator must act on: also said
 
 _AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 _AUTHORIZATION = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
@@ -63,7 +63,7 @@ class ClientErrors:
         now = time.monotonic() if now is None else now
         with self._lock:
             self.counts[(client, kind)] += 1
-            due = kind in ("authentication", "authorization", "tls") and \
+            due = kind in SAID and \
                 now - self._said.get((client, kind), -self.quiet_s) >= self.quiet_s
             if due:
                 self._said[(client, kind)] = now

@@ -309,6 +309,15 @@ class Config(_Model):
             raise ValueError(f"writer names must be unique, repeated: {', '.join(dupes)}")
         return self
 
+    @model_validator(mode="after")
+    def _secured_cluster_has_a_canary_principal(self) -> "Config":
+        sec = self.kafka.security
+        if self.cluster.security == "sasl_ssl" and (sec.protocol != "SASL_SSL" or sec.sasl_mechanism != "SCRAM-SHA-512"):
+            raise ValueError("cluster.security sasl_ssl needs kafka.security.protocol SASL_SSL and sasl_mechanism "
+                             "SCRAM-SHA-512 (with sasl_username and sasl_password): the canary principal the "
+                             "cluster creates")
+        return self
+
     @property
     def embedded(self) -> bool:
         return not self.kafka.bootstrap_servers

@@ -74,8 +74,8 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
     ledger = open_ledger(config, identity)
 
     def factory(error_cb: Callable[[Any], None]) -> Producer:
-        return clients.producer(client_config.canary_producer(config, writer, identity.instance_id), f"writer-{writer.name}",
-                                config, also=error_cb)
+        return clients.producer(client_config.canary_producer(config, writer, identity.instance_id),
+                                f"writer-{writer.name}", config, also=error_cb)
 
     admin = clients.admin(config)
     observer = TopicObserver(admin, topics.canary.name, config.ledger.checkpoint_interval_s)

@@ -43,11 +43,10 @@ def canary_acls(cfg: Config) -> list[AclBinding]:
 
 def grant_canary(admin_conf: dict, cfg: Config, progress: Callable[[str], None] = lambda _m: None,
                  timeout: float = 30.0) -> None:
-    """Create (or give its current password to) the config's SCRAM user and add its ACLs."""
+    """Create (or give its current password to) the config's SCRAM user and add its ACLs (the
+    config's validation made sure a secured cluster's config names one)."""
     sec = cfg.kafka.security
-    if sec.sasl_mechanism != "SCRAM-SHA-512" or not sec.sasl_username or sec.sasl_password is None:
-        raise ValueError("cluster.security sasl_ssl needs kafka.security.sasl_mechanism SCRAM-SHA-512 with "
-                         "sasl_username and sasl_password: the canary principal the cluster creates")
+    assert sec.sasl_username and sec.sasl_password is not None
     admin = AdminClient(admin_conf)
     upsert = UserScramCredentialUpsertion(sec.sasl_username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                           sec.sasl_password.get_secret_value().encode())

@@ -3,10 +3,12 @@
 import ipaddress
 import stat
 
+import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from invariants.errors import VigilError
 from monitor.cluster.access import canary_acls
 from monitor.cluster.layout import ClusterLayout
 from monitor.cluster.tls import ensure_tls
@@ -54,3 +56,11 @@ def test_the_canary_principal_gets_its_own_topics_ids_and_groups_and_nothing_clu
     assert not any(a.restype == ResourceType.BROKER for a in acls)  # the cluster resource
     assert {(a.restype, a.name) for a in acls if a.restype != ResourceType.TOPIC} == {
         (ResourceType.TRANSACTIONAL_ID, "vigil-"), (ResourceType.GROUP, "vigil-")}
+
+
+def test_a_secured_cluster_without_a_scram_canary_principal_is_a_config_error_naming_the_keys():
+    with pytest.raises(VigilError, match="kafka.security.protocol SASL_SSL and sasl_mechanism SCRAM-SHA-512"):
+        parse({"cluster": {"security": "sasl_ssl"}}, "t.yaml")
+    with pytest.raises(VigilError, match="SCRAM-SHA-512"):
+        parse({"cluster": {"security": "sasl_ssl"}, "kafka": {"security": {
+            "protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "p"}}}, "t.yaml")
