@@ -11,11 +11,10 @@ log, so of one topic) get one ID:
    one topic ID (the ledger's intents, :meth:`invariants.accounting.LedgerFold.topic_of`): seqs
    only grow, so a writer that moved to a new ID writes higher seqs there. Reads holding a
    record of a *newer* ID than the stream's move the stream to it. Records of *older* IDs on a
-   stream already on a newer one, beside records of its own, are stragglers that landed in the
-   new topic (a retry sent before its writer noticed the change): they belong to where they
-   were read. A batch with nothing but older IDs' records is not applied at all
-   (:meth:`invariants.topic_lifecycle.TopicLifecycle.apply_named_reads`: it may be the old log,
-   fetched from a broker that had not deleted it yet).
+   stream already on a newer one are the old log, fetched from a broker that had not deleted it
+   yet, or stragglers that landed in the new topic (a retry sent before its writer noticed the
+   change); content cannot tell them apart, and neither is applied
+   (:meth:`invariants.topic_lifecycle.TopicLifecycle.apply_named_reads`).
 2. **Offsets going backwards** (Spark resuming lower: a truncated log, or a new, shorter one). A
    stream whose ID is known to be gone moves to the newest ID known for the name; otherwise the
    runtime is asked for the name's ID *now* (``fresh_id``, a metadata lookup made only then):
@@ -68,7 +67,8 @@ def _lowest_and_highest_seqs(reads: Sequence[Read]) -> list[Read]:
 
 class TopicAttribution:
     def __init__(self) -> None:
-        self.named: str | None = None  # the newest ID the last attributed batch's content named
+        # the oldest and the newest ID the last attributed batch's records were intended for
+        self.named: tuple[str, str] | None = None
         self.ids: dict[str, list[str]] = {}  # name -> topic IDs, oldest first
         self.gone: dict[str, str] = {}  # topic ID -> why it is no longer read ("vanished", "retired")
         self.streams: dict[tuple[str, str, int], Stream] = {}  # (isolation, name, partition)
@@ -111,14 +111,16 @@ class TopicAttribution:
         if not reads:
             return None
         key = (iso, name, partition)
-        content = None
+        content = oldest = None
         for r in _lowest_and_highest_seqs(reads):
             tid = topic_of(r)
             if tid is not None:
                 self.note(name, tid)
                 if content is None or self._newer(name, tid, content):
                     content = tid
-        self.named = content
+                if oldest is None or self._newer(name, oldest, tid):
+                    oldest = tid
+        self.named = None if content is None or oldest is None else (oldest, content)
         s = self.streams.get(key)
         if s is None:
             tid = content

@@ -212,10 +212,10 @@ class WatchCollector:
         yield skew
         yield CounterMetricFamily("vigil_refetches", "Ranges read again directly to confirm a verdict or follow a "
                                   "rewrite.", value=s.refetches)
-        old = CounterMetricFamily("vigil_old_log_reads", "Records Spark fetched under a topic name from the log of "
-                                  "an ID the name no longer stands for (a broker that had not yet deleted a "
-                                  "recreated topic's old log): not checked; what the new log holds there is read "
-                                  "again.", labels=["isolation"])
+        old = CounterMetricFamily("vigil_old_log_reads", "Records Spark fetched under a topic name that were "
+                                  "intended for an older ID of it (a broker that had not yet deleted a recreated "
+                                  "topic's old log, or stragglers), and records beside them: not checked; what the "
+                                  "new log holds there is read again.", labels=["isolation"])
         for iso in READERS:
             old.add_metric([iso.value], s.old_log_reads.get(iso, 0))
         yield old

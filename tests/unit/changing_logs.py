@@ -121,6 +121,7 @@ class Sim:
     # whose client still holds the old ID, fetching from a broker that has not deleted it yet)
     old_log_reads: int = 0
     old_logs: dict = field(default_factory=dict)
+    old_log_start: dict = field(default_factory=dict)
     served_old: int = 0
 
     def __post_init__(self) -> None:
@@ -142,22 +143,31 @@ class Sim:
         end = min(at + k, len(log))
         reads = [Read(o, log[o].ident) for o in range(at, end) if log[o] is not None]
         self.pos[(iso, p)] = end
-        old = self.old_logs.get(p, [])
-        if self.old_log_reads and self.rng.random() < 0.5 and any(old[o] is not None for o in range(at, min(end, len(old)))):
-            self.old_log_reads -= 1  # the range planned on the new log, fetched from the old one
-            self.served_old += 1
-            stale = [Read(o, old[o].ident) for o in range(at, min(end, len(old))) if old[o] is not None]
-            if not self.checker.apply_named_reads(iso, TOPIC, p, stale, self.describe):
-                self.checker.note_topic(TOPIC, self.describe(TOPIC))
-                assert self.checker.apply_named_reads(iso, TOPIC, p, stale, self.describe)
-            return
         if reads and self.intents_first:
             self.deliver(max(log[o].intent_at for o in range(at, end) if log[o] is not None) - self.delivered)
-        if reads:
+        batch = reads
+        if self._serve_old(p, at, end):
+            # the range planned on the new log, fetched from the old one up to some offset (at most
+            # the old log's end), the rest from the new one once the client learnt the new ID
+            self.old_log_reads -= 1
+            self.served_old += 1
+            old = self.old_logs[p]
+            cut = min(self.rng.randint(at + 1, end), len(old))
+            reads = [r for r in reads if r.offset >= cut]
+            batch = [Read(o, old[o].ident) for o in range(at, cut) if old[o] is not None] + reads
+        if batch:
             self._observe(iso, p, reads)
-            if not self.checker.apply_named_reads(iso, TOPIC, p, reads, self.describe):
+            if not self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe):
                 self.checker.note_topic(TOPIC, self.describe(TOPIC))  # a name it knows nothing of
-                assert self.checker.apply_named_reads(iso, TOPIC, p, reads, self.describe)
+                assert self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe)
+
+    def _serve_old(self, p: int, lo: int, hi: int) -> bool:
+        """Whether [lo, hi) of the new log is fetched from the old one (up to some offset): at
+        random while ``old_log_reads`` lasts, where the old log holds [lo, lo + 1) (below its log
+        start a fetch fails rather than returning nothing)."""
+        old = self.old_logs.get(p, [])
+        return bool(self.old_log_reads and self.rng.random() < 0.5
+                    and self.old_log_start.get(p, 0) <= lo < min(hi, len(old)) and old[lo] is not None)
 
     def deliver(self, k: int) -> None:
         """Ledger entries reach the checker; once every entry written before the runtime last saw
@@ -191,7 +201,7 @@ class Sim:
         old = self.tid
         self.generations += 1
         self.tid = f"{TOPIC}-g{self.generations}"
-        self.old_logs = self.logs
+        self.old_logs, self.old_log_start = self.logs, self.log_start
         self.logs = {p: [] for p in range(self.partitions)}
         self.log_start = {p: 0 for p in range(self.partitions)}
         self.seen_end = {p: 0 for p in range(self.partitions)}
@@ -209,8 +219,17 @@ class Sim:
             lo = max(w.lo, self.log_start[w.partition])
             if lo >= hi:
                 continue
+            old = self.old_logs.get(w.partition, [])
             for iso in READERS:
                 reads = [Read(o, log[o].ident) for o in range(lo, hi) if log[o] is not None]
+                if self._serve_old(w.partition, lo, hi):
+                    self.old_log_reads -= 1  # the old log up to some offset, the new one after it
+                    self.served_old += 1
+                    cut = min(self.rng.randint(lo + 1, hi), len(old))
+                    stale = [Read(o, old[o].ident) for o in range(lo, cut) if old[o] is not None]
+                    self.checker.apply_refetched(iso, self.tid, w.partition, stale + [r for r in reads if r.offset >= cut],
+                                                 (lo, hi))
+                    continue
                 self._observe(iso, w.partition, reads)
                 self.checker.apply_refetched(iso, self.tid, w.partition, reads, (lo, hi))
 

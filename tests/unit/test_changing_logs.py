@@ -221,9 +221,10 @@ def test_a_topic_recreated_under_the_writers(seed, from_earliest, notice, moved,
     as any topic; live == audit. Reads carry the topic's name only: which ID they belong to is
     the checker's to work out (a batch holds the intents of its records, as Spark's do). Spark
     goes on either from the new log's end (its positions fell above it) or from its start (it saw
-    the partitions gone, then new). Up to ``old_log_reads`` of its batches after the recreation
-    return the old log's records at the offsets planned on the new one (a broker that had not
-    deleted it yet): they change no verdict."""
+    the partitions gone, then new). Up to ``old_log_reads`` of its batches and re-fetches after
+    the recreation return the old log's records at the offsets planned on the new one, up to some
+    offset, and the new log's after it (a broker that had not deleted the old log yet, then the
+    client learnt the new ID): they change no verdict."""
     rng = random.Random(seed)
     sim = Sim(2, rng, resume_lower=not from_earliest, intents_first=True)
     writers = [SimWriter(sim), SimWriter(sim)]
