@@ -14,7 +14,12 @@ log, so of one topic) get one ID:
    stream already on a newer one are the old log, fetched from a broker that had not deleted it
    yet, or stragglers that landed in the new topic (a retry sent before its writer noticed the
    change); content cannot tell them apart, and neither is applied
-   (:meth:`invariants.topic_lifecycle.TopicLifecycle.apply_named_reads`).
+   (:meth:`invariants.topic_lifecycle.TopicLifecycle.apply_named_reads`). Cannot be inferred: a
+   reader that lagged on the old ID and goes on into the new log without its offsets going
+   backwards (the new log already longer than its position), in a batch holding nothing but
+   stragglers, stays on the old ID: those stragglers are judged there (a property test found
+   ``inconsistent_offset`` that way; stragglers land right after a recreation, at the new log's
+   head, so the reader must have lagged by the whole new log).
 2. **Offsets going backwards** (Spark resuming lower: a truncated log, or a new, shorter one). A
    stream whose ID is known to be gone moves to the newest ID known for the name; otherwise the
    runtime is asked for the name's ID *now* (``fresh_id``, a metadata lookup made only then):

@@ -88,6 +88,7 @@ class Checker(TopicLifecycle):
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
+        self.refused_refetches: dict[tuple[Isolation, str, int], int] = {}  # in a row, per reader and partition
         self.suspects: dict[ViewKey, list[list[int]]] = {}  # ranges to read again (evidence of a rewrite)
         self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic, partition) -> offset
         self._dirty: set[ViewKey] = set()

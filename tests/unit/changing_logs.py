@@ -277,7 +277,7 @@ class Sim:
         self.catch_up()
         self.probe()
         self.checker.begin_batch()  # the next (empty) batch: everything was delivered
-        for _ in range(10):
+        for _ in range(20):
             self.settle()
             if not self.checker.refetch_wanted():
                 break
