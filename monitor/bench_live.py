@@ -18,20 +18,16 @@ saw, not a promise.
 
 from __future__ import annotations
 
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
-
-from monitor.config import Config
+from monitor.config import Config, write_document
+from monitor.soak import free_port, scrape
 from monitor.drill_table import expected_counts
 from monitor.metrics import E2E_BUCKETS
 
@@ -58,13 +54,6 @@ def percentile(bounds: tuple[float, ...], counts: list[float], q: float) -> floa
     return lower
 
 
-def _scrape(port: int) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
-
-
 def _violations(samples: dict) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for (name, labels), v in samples.items():
@@ -86,12 +75,6 @@ def _e2e(samples: dict) -> dict[str, list[float]]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -106,7 +89,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
     from monitor.drills import run_drill
 
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-live-"))
-    port = _free_port()
+    port = free_port()
     scale = rate / max(sum(w.rate for w in cfg.writers), 1e-9)
     live = cfg.model_copy(update={
         "state_dir": str(tmp / "state"),
@@ -116,7 +99,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
     })
     live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"})})
     path = tmp / "vigil.yaml"
-    path.write_text(yaml.safe_dump(live.model_dump(mode="json", exclude_none=True)))
+    write_document(live, path)
     topics = prepare_topics(live)
     out_file, err_file = (tmp / "run.out").open("w"), (tmp / "run.err").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],
@@ -127,7 +110,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
-                if _scrape(port).get(("vigil_batches_total", ())):
+                if scrape(port).get(("vigil_batches_total", ())):
                     break
             except OSError:
                 pass
@@ -136,19 +119,19 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
             time.sleep(0.5)
         progress(f"vigil run is checking; warming up {warmup_s:.0f} s at {rate:,.0f} writes/s")
         time.sleep(warmup_s)
-        first = _scrape(port)
+        first = scrape(port)
         detections: list[float] = []
         by_kind: dict[str, list[float]] = {}
         missed = 0
         for i in range(drills):
             kind = LIVE_DRILLS[i % len(LIVE_DRILLS)]
             want = {(inv.value, iso.value): n for (inv, iso), n in expected_counts(kind, 1).items()}
-            before = _violations(_scrape(port))
+            before = _violations(scrape(port))
             run_drill(live, topics, kind, 1, i % topics.canary.partitions)
             done = time.monotonic()
             seen = None
             while time.monotonic() - done < 30:
-                now = _violations(_scrape(port))
+                now = _violations(scrape(port))
                 if all(now.get(k, 0) - before.get(k, 0) >= n for k, n in want.items()):
                     seen = time.monotonic() - done
                     break
@@ -160,7 +143,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
                 by_kind.setdefault(kind, []).append(seen)
             progress(f"drill {i + 1}/{drills} {kind}: "
                      + ("not seen in 30 s" if seen is None else f"on /metrics after {seen:.2f} s"))
-        last = _scrape(port)
+        last = scrape(port)
         e2e = {}
         a, b = _e2e(first), _e2e(last)
         for iso in b:

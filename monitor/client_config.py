@@ -133,6 +133,12 @@ _LOGIN_MODULES = {
 }
 
 
+def _jaas_quoted(value: str) -> str:
+    """A JAAS option value between double quotes (Kafka parses JAAS with a StreamTokenizer:
+    backslash escapes)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def java_security(conf: dict[str, ClientValue]) -> dict[str, str]:
     """librdkafka security settings translated to the Java client's (PEM trust store, JAAS)."""
     out: dict[str, str] = {}
@@ -141,8 +147,8 @@ def java_security(conf: dict[str, ClientValue]) -> dict[str, str]:
     if "sasl.mechanism" in conf:
         mech = str(conf["sasl.mechanism"])
         out["kafka.sasl.mechanism"] = mech
-        user = str(conf.get("sasl.username", "")).replace('"', '\\"')
-        password = str(conf.get("sasl.password", "")).replace('"', '\\"')
+        user = _jaas_quoted(str(conf.get("sasl.username", "")))
+        password = _jaas_quoted(str(conf.get("sasl.password", "")))
         out["kafka.sasl.jaas.config"] = f'{_LOGIN_MODULES[mech]} required username="{user}" password="{password}";'
     if conf.get("ssl.ca.location"):
         out["kafka.ssl.truststore.type"] = "PEM"

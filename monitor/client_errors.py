@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError
 
 QUIET_S = 60.0
 SAID = ("authentication", "authorization", "tls")  # the kinds an operator must act on: also said
+REFUSED = ("authentication", "authorization")  # the brokers answered, and said no
 
 _AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 _AUTHORIZATION = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,

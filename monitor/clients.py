@@ -9,6 +9,7 @@ else gets real confluent-kafka clients, configured by :mod:`monitor.client_confi
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, TypeVar
 
@@ -18,7 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 from invariants.errors import VigilError
 from invariants.ledger_format import TopicSettings
 from monitor import client_config
-from monitor.client_errors import ERRORS
+from monitor.client_errors import ERRORS, REFUSED, classify
 from monitor.config import Config
 
 
@@ -51,19 +52,43 @@ def reporting(conf: dict, client: str, config: Config, ledger: bool = False,
               also: Callable[[Any], None] | None = None) -> dict:
     """``conf`` with an error callback that reports to :data:`monitor.client_errors.ERRORS` as
     ``client`` (``also``: the client's own callback, called first)."""
+    return {**conf, "error_cb": refusals(client, config, ledger, also)}
+
+
+def refusals(client: str, config: Config, ledger: bool = False,
+             also: Callable[[Any], None] | None = None) -> Callable[[KafkaError], None]:
+    """Reports ``client``'s errors to :data:`monitor.client_errors.ERRORS`, naming the settings of
+    the cluster it talks to: its ``error_cb``, and for errors it gets elsewhere — a delivery
+    report or a fetched message refused by an ACL (``also``: called first)."""
     security = (config.ledger_kafka() if ledger else config.kafka).security
     settings = "ledger.kafka.security" if ledger and config.ledger.kafka is not None else "kafka.security"
-    return {**conf, "error_cb": ERRORS.callback(client, settings, security.sasl_username, also)}
+    return ERRORS.callback(client, settings, security.sasl_username, also)
+
+
+# Every client this process opened, by cluster (ledger or not): a rotated SASL password is given
+# to them all (monitor.credentials). Weak: a client nobody holds any more is not kept alive here.
+OPEN: dict[bool, weakref.WeakSet] = {False: weakref.WeakSet(), True: weakref.WeakSet()}
+
+C = TypeVar("C")
+
+
+def _opened(client: C, ledger: bool) -> C:
+    OPEN[ledger].add(client)
+    return client
+
+
+class ReportingProducer(Producer):
+    """A producer Vigil can keep a weak reference to (the C type allows none)."""
 
 
 def producer(conf: dict, client: str, config: Config, ledger: bool = False,
              also: Callable[[Any], None] | None = None) -> Producer:
-    return Producer(reporting(conf, client, config, ledger, also))
+    return _opened(ReportingProducer(reporting(conf, client, config, ledger, also)), ledger)
 
 
 def admin(config: Config, ledger: bool = False) -> AdminClient:
     """An admin client for the canary cluster (or the ledger's)."""
-    return AdminClient(reporting(client_config.admin(config, ledger), "admin", config, ledger))
+    return _opened(AdminClient(reporting(client_config.admin(config, ledger), "admin", config, ledger)), ledger)
 
 
 def consumer(config: Config, isolation: str, group: str, ledger: bool = False,
@@ -73,8 +98,25 @@ def consumer(config: Config, isolation: str, group: str, ledger: bool = False,
     client = group.removeprefix("vigil-")
     for suffix in ("-read_committed", "-read_uncommitted", "-ledger"):
         client = client.removesuffix(suffix)
-    return Consumer(reporting(client_config.consumer(config, isolation, group, ledger, profile), client, config,
-                              ledger))
+    return _opened(ReportingConsumer(reporting(client_config.consumer(config, isolation, group, ledger, profile),
+                                               client, config, ledger), refusals(client, config, ledger)), ledger)
+
+
+class ReportingConsumer(Consumer):
+    """A consumer whose fetches refused by the brokers (an ACL, the credentials) are reported like
+    its ``error_cb``'s errors: librdkafka returns those as error messages from ``consume``."""
+
+    def __init__(self, conf: dict, refused: Callable[[KafkaError], None]) -> None:
+        super().__init__(conf)
+        self._refused = refused
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
+        msgs = super().consume(num_messages, timeout)
+        for m in msgs:
+            err = m.error()
+            if err is not None and classify(err) in REFUSED:
+                self._refused(err)
+        return msgs
 
 
 # a leader moving or just elected (OFFSET_NOT_AVAILABLE: its high watermark not established yet)

@@ -38,6 +38,9 @@ class SecurityConfig(_Model):
         None, description="sasl.mechanism (SASL protocols only)")
     sasl_username: str | None = Field(None, description="SASL user name")
     sasl_password: SecretStr | None = Field(None, description="SASL password (never printed)")
+    sasl_password_file: str | None = Field(
+        None, description="file holding the SASL password, instead of sasl_password: read again every "
+        "watch.credentials_check_interval_s, so a rotated password is picked up without a restart")
     ssl_ca_location: str | None = Field(None, description="CA bundle file (PEM)")
     ssl_certificate_location: str | None = Field(None, description="client certificate (PEM)")
     ssl_key_location: str | None = Field(None, description="client private key (PEM)")
@@ -48,9 +51,18 @@ class SecurityConfig(_Model):
         if self.protocol.startswith("SASL"):
             if self.sasl_mechanism is None:
                 raise ValueError("sasl_mechanism is required when protocol is " + self.protocol)
-            if not self.sasl_username or self.sasl_password is None:
-                raise ValueError("sasl_username and sasl_password are required for SASL")
+            if not self.sasl_username or (self.sasl_password is None) == (self.sasl_password_file is None):
+                raise ValueError("sasl_username and one of sasl_password and sasl_password_file are required for SASL")
         return self
+
+    def password(self) -> str | None:
+        """The SASL password: ``sasl_password``, or the content of ``sasl_password_file`` now."""
+        if self.sasl_password_file is None:
+            return None if self.sasl_password is None else self.sasl_password.get_secret_value()
+        try:
+            return Path(self.sasl_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(f"sasl_password_file {self.sasl_password_file}: {exc.strerror or exc}") from None
 
     def librdkafka(self) -> dict[str, ClientValue]:
         conf: dict[str, ClientValue] = {"security.protocol": self.protocol}
@@ -58,8 +70,9 @@ class SecurityConfig(_Model):
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:
             conf["sasl.username"] = self.sasl_username
-        if self.sasl_password is not None:
-            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        password = self.password()
+        if password is not None:
+            conf["sasl.password"] = password
         for key, value in (
             ("ssl.ca.location", self.ssl_ca_location),
             ("ssl.certificate.location", self.ssl_certificate_location),
@@ -268,7 +281,13 @@ class WatchConfig(_Model):
                                 "the reader reached o+H without finding it (found before: offset_mismatch)")
     horizon_offsets: int = Field(Settings.horizon_offsets, ge=100, description="per reader and partition, how far behind the "
                                  "frontier the checker remembers offsets (older anomalies: the audit's)")
+    credentials_check_interval_s: float = Field(
+        10.0, gt=0, description="how often kafka.security.sasl_password_file (and the ledger's) is read again; "
+        "a changed password is given to every open client")
     unseen_after_s: float = Field(10.0, gt=0, description="an acked write not yet read after this is `unseen`")
+    certificate_check_interval_s: float = Field(
+        300.0, gt=0, description="how often the TLS certificates of the brokers, CA bundle and client are looked "
+        "at for vigil_tls_certificate_expiry_timestamp_seconds (SSL and SASL_SSL only)")
     stall_threshold_s: float = Field(15.0, gt=0, description="stalled_poll: no progress with records available")
     lso_stuck_threshold_s: float = Field(30.0, gt=0, description="lso_stuck: LSO frozen below a moving high "
                                          "watermark (longest canary transaction plus a margin)")
@@ -385,3 +404,33 @@ def expand_env(data: Any, where: str = "") -> Any:
             return os.environ[m.group(1)]
         return _ENV_REF.sub(sub, data)
     return data
+
+
+def to_document(cfg: Config) -> dict[str, Any]:
+    """``cfg`` as a config document that :func:`parse` reads back the same — secrets included
+    (``model_dump`` masks them), for the configs Vigil writes for its own child runs (bench
+    --live, soak, chaos), which are written owner-only. Never print it."""
+    shown = cfg.model_dump(mode="json", exclude_none=True)
+    held = cfg.model_dump(mode="python", exclude_none=True)
+
+    def reveal(doc: Any, raw: Any) -> Any:
+        if isinstance(raw, SecretStr):
+            return raw.get_secret_value()
+        if isinstance(doc, dict):
+            return {k: reveal(v, raw[k]) for k, v in doc.items()}
+        if isinstance(doc, list):
+            return [reveal(d, r) for d, r in zip(doc, raw)]
+        return doc
+
+    return reveal(shown, held)
+
+
+def write_document(cfg_or_doc: Config | dict[str, Any], path: Path) -> None:
+    """Writes a config document (see :func:`to_document`) owner-only: it may hold secrets."""
+    import yaml
+
+    doc = to_document(cfg_or_doc) if isinstance(cfg_or_doc, Config) else cfg_or_doc
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also a file that existed before
+    with os.fdopen(fd, "w") as f:
+        f.write(yaml.safe_dump(doc, sort_keys=False))

@@ -140,6 +140,14 @@ def topic_rules() -> list[dict[str, Any]]:
               "({{ $labels.kind }})",
               "For 5 minutes the brokers refused the credentials, an ACL or the TLS handshake of a Vigil client: "
               "what it should see is not being checked. The monitor's stderr names the setting to fix.", "5m"),
+        _rule("VigilCertificateExpiresSoon",
+              "min by (cluster, certificate, source) (vigil_tls_certificate_expiry_timestamp_seconds) - time()\n"
+              "  < 14 * 86400", "warning",
+              "the {{ $labels.certificate }} certificate of {{ $labels.source }} ({{ $labels.cluster }} cluster) "
+              "expires within 14 days, or has expired",
+              "Renew it: once it has expired the TLS handshakes between Vigil's clients and the brokers fail and "
+              "nothing is checked. A renewed certificate is picked up without a restart, and this alert resolves "
+              "at the next look (watch.certificate_check_interval_s).", "10m"),
     ]
 
 
@@ -173,6 +181,19 @@ def topic_tests(rule: dict[str, Any]) -> list[dict[str, Any]]:
             _case(f"{a} silent after a refusal fixed at once", [(s, "0x10 1x30")], [("10m", a, [])]),
             _case(f"{a} silent on a missed scrape", [(s, "0x20 _ 0x20")], [("10m", a, [])]),
             _case(f"{a} silent across a monitor restart", [(s, "4x20 _x4 0x20")], [("10m", a, [])]),
+        ]
+    if a == "VigilCertificateExpiresSoon":
+        s = 'vigil_tls_certificate_expiry_timestamp_seconds{cluster="canary",certificate="broker",source="b1:9093"}'
+        labels = {"cluster": "canary", "certificate": "broker", "source": "b1:9093"}
+        soon, far = 10 * 86400, 300 * 86400  # promtool's clock starts at 0
+        return [
+            _case(f"{a} fires on a certificate that expires in 10 days", [(s, f"{soon}x60")],
+                  [("5m", a, []), ("11m", a, _fired(rule, labels))]),
+            _case(f"{a} fires on a certificate that has expired", [(s, "0x60")], [("11m", a, _fired(rule, labels))]),
+            _case(f"{a} silent on a clean series", [(s, f"{far}x60")], [("15m", a, [])]),
+            _case(f"{a} silent once the certificate is renewed", [(s, f"{soon}x50 {far}x20")], [("16m", a, [])]),
+            _case(f"{a} silent on a missed scrape", [(s, f"{far}x20 _ {far}x40")], [("15m", a, [])]),
+            _case(f"{a} silent across a monitor restart", [(s, f"{far}x20 _x4 {far}x40")], [("15m", a, [])]),
         ]
     s = "vigil_list_offsets_failures_total"
     return [

@@ -91,8 +91,10 @@ def open_writer(config: Config, writer: WriterConfig, topics: Topics,
         return clients.ensure_topic(admin, c.name, partitions, c.replication_factor, c.topic_configs())
 
     cls = TransactionalWriter if writer.transactional else CanaryWriter
-    return cls(writer, topics.canary, identity, ledger, factory, metrics, observer=observer,
-               checkpoint_s=config.ledger.checkpoint_interval_s, recreate=recreate)
+    opened = cls(writer, topics.canary, identity, ledger, factory, metrics, observer=observer,
+                 checkpoint_s=config.ledger.checkpoint_interval_s, recreate=recreate)
+    opened.on_refused = clients.refusals(f"writer-{writer.name}", config)
+    return opened
 
 
 class WriterThread(threading.Thread):

@@ -42,6 +42,7 @@ from invariants.ledger_format import (
     WriteRange, WriterSettings,
 )
 from monitor import record_format
+from monitor.client_errors import REFUSED, classify
 from monitor.canary.ack_check import AckChecking
 from monitor.canary.topic_following import TopicFollowing
 from monitor.canary.topic_watch import TopicObserver
@@ -84,6 +85,9 @@ class CanaryWriter(TopicFollowing, AckChecking):
         self._to_list: list[int] = []  # indexes into _results of acks to list the log start after
         self._last_outcome_flush = time.monotonic()
         self._fatal: KafkaError | None = None
+        # where a write refused by the brokers (an ACL, the credentials) is reported: librdkafka
+        # says those in the delivery report only, not to error_cb (set by monitor.canary.runner)
+        self.on_refused: Callable[[KafkaError], None] = lambda _err: None
         self.producer = self._factory(self._on_error)
         if metrics is not None:
             metrics.init_writer(cfg.name, cfg.transactional, cfg.acks, cfg.idempotence)
@@ -104,6 +108,8 @@ class CanaryWriter(TopicFollowing, AckChecking):
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         rec = record_format.decode(msg.value())  # always a canary record: this writer encoded it
+        if err is not None and classify(err) in REFUSED:
+            self.on_refused(err)
         classified = classify_delivery(err, msg.offset() if err is None else None, self.cfg.acks)
         self._record(msg.partition(), rec.seq, classified.outcome, classified.offset, rec.produce_ts_us,
                      classified.error)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -29,7 +28,7 @@ from monitor.chaos.targets import Resolver
 from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, vanished_beyond_audit
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
-from monitor.config import Config, parse
+from monitor.config import Config, parse, to_document, write_document
 
 VIGIL = [sys.executable, "-m", "monitor"]
 STOP_TIMEOUT_S = 240.0  # writers wait for their last outcomes, then the checker drains
@@ -62,7 +61,7 @@ class RunResult:
 def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metrics_port: int) -> Config:
     """The run's own config: the base config's cluster and clients, the scenario's writers, topic
     settings and watch settings, fresh topic names and state under ``run_dir``."""
-    data = base.model_dump(mode="json", exclude_none=True)
+    data = to_document(base)
     slug = scenario.name.lower()
     data.update({
         "instance_id": f"chaos-{slug}-{stamp}",
@@ -74,7 +73,7 @@ def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metr
         "metrics": {**data.get("metrics", {}), "port": metrics_port},
     })
     path = run_dir / "vigil.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_document(data, path)
     return parse(data, str(path))
 
 

@@ -11,7 +11,7 @@ from rich.text import Text
 from invariants.errors import VigilError
 from monitor.cli import (
     audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd,
-    spark_cmd, watch_cmd,
+    soak_cmd, spark_cmd, watch_cmd,
 )
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ app.command("run")(run_cmd.run)
 app.command("watch")(watch_cmd.watch)
 app.command("audit")(audit_cmd.audit_cmd)
 app.command("bench")(bench_cmd.bench)
+app.command("soak")(soak_cmd.soak)
 app.command("retire")(retire_cmd.retire)
 
 

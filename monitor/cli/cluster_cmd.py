@@ -104,6 +104,17 @@ for _name, _action in (("kill", "kill"), ("pause", "pause"), ("resume", "resume"
     app.command(_name)(_node_action(_action))
 
 
+@app.command("renew-certificate")
+def renew_certificate(days: int = typer.Option(365, min=1, help="Days the new certificate is valid."),
+                      config: Optional[Path] = ConfigOption) -> None:
+    """Give the brokers of a secured local cluster a new certificate (same CA), without a restart."""
+    import datetime as dt
+
+    expires = _cluster(config).renew_certificate(days)
+    console.print(f"brokers present a new certificate, valid until "
+                  f"{dt.datetime.fromtimestamp(expires, dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
 @app.command()
 def isolate(node: int = typer.Argument(..., help="Node id."),
             controller_only: bool = typer.Option(False, help="Cut only the controller links."),

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from monitor.canary.runner import WriterThread, open_writer, prepare_topics
 from monitor.canary.writer import CanaryWriter
+from monitor.credentials import CredentialWatch
 from monitor.cli.common import ConfigOption, console, err_console, load_config, print_json
 from monitor.config import Config, WriterConfig
 from monitor.metrics import producer_metrics
@@ -76,6 +77,9 @@ def produce(
     canary = open_writer(cfg, wcfg, topics, metrics, instance_id)
     stop = threading.Event()
     install_stop_handlers(stop)
+    credentials = CredentialWatch(cfg, stop)  # a rotated sasl_password_file, without a restart
+    registry.register(credentials)
+    credentials.start()
     thread = WriterThread(canary, stop, duration, count)
     thread.start()
     err_console.print(f"writing to {topics.canary.name} ({topics.canary.partitions} partitions) as "

@@ -46,10 +46,11 @@ def grant_canary(admin_conf: dict, cfg: Config, progress: Callable[[str], None] 
     """Create (or give its current password to) the config's SCRAM user and add its ACLs (the
     config's validation made sure a secured cluster's config names one)."""
     sec = cfg.kafka.security
-    assert sec.sasl_username and sec.sasl_password is not None
+    password = sec.password()
+    assert sec.sasl_username and password is not None
     admin = AdminClient(admin_conf)
     upsert = UserScramCredentialUpsertion(sec.sasl_username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
-                                          sec.sasl_password.get_secret_value().encode())
+                                          password.encode())
     for fut in admin.alter_user_scram_credentials([upsert], request_timeout=timeout).values():
         fut.result()
     for fut in admin.create_acls(canary_acls(cfg), request_timeout=timeout).values():

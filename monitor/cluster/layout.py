@@ -160,7 +160,10 @@ class ClusterLayout:
 # on loopback and authenticate as User:ANONYMOUS, which must be a super user or brokers cannot
 # register with the controllers; vigil-admin is the cluster's own super user (its checks, SCRAM
 # users and ACLs). The key store's location and password are added by the cluster (per machine).
+# Every SASL connection authenticates again within 15 s (KIP-368), as a rotated password needs:
+# a client still holding the old one is refused then, not whenever it happens to reconnect.
 SECURED_PROPERTIES = {
+    "connections.max.reauth.ms": "15000",
     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
     "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
     "listener.name.client.scram-sha-512.sasl.jaas.config":

@@ -39,7 +39,7 @@ from monitor.cluster.links import LinkControl
 from monitor.cluster.netproxy import send_command
 from monitor.cluster.processes import accepts, port_in_use, port_owner, terminate, wait_gone
 from monitor.cluster.status import ClusterStatus, NodeStatus
-from monitor.cluster.tls import ADMIN_USER, TlsFiles, ensure_tls
+from monitor.cluster.tls import ADMIN_USER, TlsFiles, ensure_tls, renew_broker
 from monitor.config import ClusterConfig
 
 LOG4J2 = """status = warn
@@ -147,6 +147,25 @@ class LocalCluster(LinkControl):
         if self.config.security != "sasl_ssl":
             return None
         return ensure_tls(self.state_dir / "tls", [n.hostname for n in self.layout.nodes])
+
+    def renew_certificate(self, days: int) -> float:
+        """A new broker certificate valid ``days`` (same CA and names), loaded by every running
+        broker without a restart (their client listener's ``ssl.keystore.location`` altered);
+        returns when it expires (Unix time). Clients notice nothing: new connections get it."""
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+        if self.tls is None:
+            raise ClusterError("only a secured cluster (cluster.security: sasl_ssl) has certificates to renew")
+        store, pem = renew_broker(self.state_dir / "tls", [n.hostname for n in self.layout.nodes], days)
+        entry = ConfigEntry("listener.name.client.ssl.keystore.location", str(store),
+                            incremental_operation=AlterConfigOpType.SET)
+        admin = AdminClient(self.admin_conf())
+        for n in self.layout.nodes:  # one broker per call (librdkafka allows no more)
+            resource = ConfigResource(ResourceType.BROKER, str(n.node_id), incremental_configs=[entry])
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result()
+        (self.state_dir / "tls" / "broker.pem").write_bytes(pem)  # every broker presents it now
+        return self.tls.expires_at().timestamp()
 
     def admin_conf(self) -> dict:
         """librdkafka settings of the cluster's own admin client (vigil-admin on a secured one)."""

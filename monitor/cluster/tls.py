@@ -5,7 +5,10 @@ SCRAM password, made once under ``<state_dir>/tls/`` (owner-only files) and reus
 - ``broker.p12`` — the brokers' key and certificate chain (PKCS#12, the JDK reads it natively),
   valid for ``127.0.0.1``, ``localhost`` and every node's advertised name;
 - ``secrets.json`` — the key store's password and the password of ``vigil-admin``, the super
-  user the cluster's own checks and ACL management authenticate as.
+  user the cluster's own checks and ACL management authenticate as;
+- ``ca.key`` — the CA's private key, so the broker certificate can be renewed
+  (:func:`renew_broker`: a new key store ``broker-<n>.p12`` the running brokers are told to
+  load, signed by the same CA, so clients notice nothing).
 
 Every secret is random and never printed; a test greps logs, metrics and evidence for them.
 """
@@ -69,6 +72,11 @@ def _issue(subject: x509.Name, public_key, issuer: x509.Name, signer, ca: bool, 
     return b.sign(signer, hashes.SHA256())
 
 
+def _broker_names(hostnames: list[str]) -> list[x509.GeneralName]:
+    return [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
+            *(x509.DNSName(h) for h in hostnames)]
+
+
 def ensure_tls(directory: Path, hostnames: list[str], days: int = VALID_DAYS) -> TlsFiles:
     """The cluster's CA, broker key store and secrets, made on first use (kept after)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -79,15 +87,38 @@ def ensure_tls(directory: Path, hostnames: list[str], days: int = VALID_DAYS) ->
         ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         ca_cert = _issue(_name("Vigil local CA"), ca_key.public_key(), _name("Vigil local CA"), ca_key, True, [], days)
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
-                *(x509.DNSName(h) for h in hostnames)]
-        cert = _issue(_name("vigil-broker"), key.public_key(), ca_cert.subject, ca_key, False, sans, days)
+        cert = _issue(_name("vigil-broker"), key.public_key(), ca_cert.subject, ca_key, False,
+                      _broker_names(hostnames), days)
         found = {"keystore_password": secrets.token_urlsafe(18), "admin_password": secrets.token_urlsafe(18)}
         _write_private(p12, pkcs12.serialize_key_and_certificates(
             b"broker", key, cert, [ca_cert],
             serialization.BestAvailableEncryption(found["keystore_password"].encode())))
         _write_private(secret_file, json.dumps(found).encode())
+        _write_private(directory / "ca.key", ca_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         broker_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         ca_pem.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     found = json.loads(secret_file.read_text())
     return TlsFiles(ca_pem, p12, found["keystore_password"], found["admin_password"])
+
+
+def renew_broker(directory: Path, hostnames: list[str], days: int) -> tuple[Path, bytes]:
+    """A new broker certificate valid ``days``, signed by the cluster's CA with the same names,
+    written as a new key store ``broker-<n>.p12`` (same password; the brokers load it when their
+    ``ssl.keystore.location`` is altered). Returns its path and the certificate (PEM), which the
+    caller writes as ``broker.pem`` once every broker took it."""
+    files = ensure_tls(directory, hostnames)
+    key_file = directory / "ca.key"
+    if not key_file.exists():
+        raise ValueError(f"{key_file}: missing; this cluster's CA was made before certificates could be renewed "
+                         f"(with the cluster down, remove {directory}: the next start makes a new CA)")
+    ca_key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(files.ca_pem.read_bytes())
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = _issue(_name("vigil-broker"), key.public_key(), ca_cert.subject, ca_key, False, _broker_names(hostnames),
+                  days)
+    n = 1 + max([int(p.stem.split("-")[1]) for p in directory.glob("broker-*.p12")], default=0)
+    store = directory / f"broker-{n}.p12"
+    _write_private(store, pkcs12.serialize_key_and_certificates(
+        b"broker", key, cert, [ca_cert], serialization.BestAvailableEncryption(files.keystore_password.encode())))
+    return store, cert.public_bytes(serialization.Encoding.PEM)

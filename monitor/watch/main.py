@@ -67,6 +67,8 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         clients.ensure_topic(clients.admin(cfg), cfg.watch.evidence.topic, 1, cfg.canary.replication_factor,
                              {"cleanup.policy": "compact"})
     runtime.prober.start()
+    runtime.certificates.start()
+    runtime.credentials.start()
     progress("starting Spark (the first batch takes a few seconds)")
     spark = spark_job.session(cfg, progress)
     spark.sparkContext.setLogLevel("ERROR")

@@ -23,6 +23,8 @@ from monitor import client_config, clients
 from monitor.config import Config
 from monitor.client_errors import ERRORS
 from monitor.metrics import ClientErrorsCollector, WatchCollector, WatchSnapshot
+from monitor.credentials import CredentialWatch
+from monitor.tls_expiry import CertificateExpiryCollector, CertificateWatch
 from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch.batch import apply_batch
@@ -60,6 +62,8 @@ class WatchRuntime:
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe)
         self.prober.prime(self.state.open_episodes)
+        self.certificates = CertificateWatch(cfg, self.stop)
+        self.credentials = CredentialWatch(cfg, self.stop)
         self.topics = TopicDirectory(cfg, self.prober, lambda tid: self.state.checker.topics.name_of(tid))
         self.refetcher = Refetcher(cfg)
         self._refetching = threading.Lock()
@@ -234,6 +238,8 @@ class WatchRuntime:
         registry = self._served = registry or CollectorRegistry()
         registry.register(WatchCollector(lambda: self.published))
         registry.register(ClientErrorsCollector(ERRORS.snapshot))
+        registry.register(CertificateExpiryCollector(self.certificates))
+        registry.register(self.credentials)
         if self.cfg.metrics.port:
             http.serve(self.cfg.metrics.bind, self.cfg.metrics.port, registry, self.ready)
         return registry

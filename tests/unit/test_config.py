@@ -95,3 +95,24 @@ def test_env_references_are_expanded_and_a_missing_one_names_the_key(tmp_path, m
     monkeypatch.delenv("VIGIL_TEST_PW")
     with pytest.raises(ConfigError, match=r"kafka.security.sasl_password: environment variable VIGIL_TEST_PW"):
         load(path)
+
+
+def test_a_config_written_for_a_child_run_reads_back_the_same_secrets_included(tmp_path):
+    """bench --live, soak and chaos write a config for the `vigil run` they start: model_dump masks
+    secrets, so a secured cluster's password would be '**********' there."""
+    import os
+    import stat
+
+    from monitor.config import to_document, write_document
+
+    cfg = parse({"kafka": {"bootstrap_servers": "b:9093",
+                           "security": {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                                        "sasl_username": "u", "sasl_password": "s3cret", "ssl_key_password": "k"}},
+                 "ledger": {"kafka": {"bootstrap_servers": "l:9093",
+                                      "security": {"protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                                                   "sasl_username": "l", "sasl_password": "l3dger"}}}})
+    assert parse(to_document(cfg)) == cfg
+    path = tmp_path / "child.yaml"
+    write_document(cfg, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert load(path) == cfg

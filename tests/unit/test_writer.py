@@ -91,6 +91,21 @@ def test_errors_are_classified_and_seqs_never_reused():
     assert sorted(k.seq for k in book.writes if k.partition == 1) == [0, 1, 2, 3]
 
 
+def test_writes_an_acl_refuses_are_failed_and_reported_as_refused():
+    """librdkafka says a missing ACL in the delivery report only (not to error_cb): the writer
+    hands those to ``on_refused`` (monitor.client_errors: the line and the metric)."""
+    def fail(topic, partition, value):
+        return KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED) if partition == 0 else None
+
+    w, log, _ = _setup(WriterConfig(name="w", rate=0), fail=fail)
+    refused = []
+    w.on_refused = refused.append
+    w.run(threading.Event(), max_records=9)
+    outcomes = collections.Counter(st.outcome for st in _book(log).writes.values())
+    assert outcomes == {WriteOutcome.ACKED: 6, WriteOutcome.FAILED: 3}
+    assert [e.code() for e in refused] == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 3
+
+
 def test_acks0_is_unconfirmed():
     w, log, _ = _setup(WriterConfig(name="w", rate=0, acks="0", idempotence=False))
     w.run(threading.Event(), max_records=6)

@@ -1,0 +1,311 @@
+"""`vigil soak`: a long `vigil run` that must stay flat — what a canary that runs for weeks
+without a restart has to show in an hour.
+
+The run gets its own canary and ledger topics with short retention and small segments, so that
+several retention cycles (segments rolled and deleted, log starts moving under the readers and the
+ledger) happen within the run. Every ``interval`` it samples the `vigil run` process and its
+children (the Spark JVM included): resident memory, open file descriptors and threads, the
+checker's state file, the Spark checkpoint directory, records checked and violations from
+``/metrics``.
+
+**Verdict.** Failed on any violation; on a monitor that stopped checking (records checked did not
+grow after the warm-up); and on growth: after the warm-up, the least-squares slope of each figure
+checked, times the span it was measured over, must stay within a tolerance of its median —
+:data:`TOLERANCE` (relative) or :data:`SLACK` (absolute, whichever is larger). A figure that
+fills up to a bound (the checker's horizon, Spark's retained batches, the JVM's heap) must reach
+it within the warm-up; pick ``warmup`` accordingly (``watch.horizon_offsets`` at the writers'
+rate, 100 Spark batches at ``watch.trigger_ms``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.config import Config, parse, to_document, write_document
+from monitor.watch.state import STATE_FILE
+
+FIGURES = ("rss", "state", "checkpoint", "fds", "threads")
+TOLERANCE = {"rss": 0.15, "state": 0.10, "checkpoint": 0.10, "fds": 0.05, "threads": 0.05}
+SLACK = {"rss": 64 * 2**20, "state": 256 * 2**10, "checkpoint": 256 * 2**10, "fds": 8, "threads": 8}
+UNITS = {"rss": "bytes", "state": "bytes", "checkpoint": "bytes", "fds": "", "threads": ""}
+
+
+@dataclass
+class Sample:
+    t_s: float  # since the first batch
+    rss: int  # bytes, `vigil run` and its children
+    state: int  # bytes of the checker's state file
+    checkpoint: int  # bytes under the Spark checkpoint directory
+    fds: int
+    threads: int
+    records_checked: float
+    violations: float
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``5m``, ``1h``, ``1h30m``."""
+    text, total, number = text.strip().lower(), 0.0, ""
+    for ch in text:
+        if ch.isdigit() or ch == ".":
+            number += ch
+        elif ch in "hms" and number:
+            total += float(number) * {"h": 3600, "m": 60, "s": 1}[ch]
+            number = ""
+        else:
+            raise ValueError(f"{text!r}: not a duration (e.g. 90s, 5m, 1h)")
+    if number:
+        total += float(number)
+    if total <= 0:
+        raise ValueError(f"{text!r}: not a positive duration")
+    return total
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """``/metrics`` of a `vigil run` on this machine: (name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def _total(samples: dict, name: str) -> float:
+    return sum(v for (n, _labels), v in samples.items() if n == name)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def process_tree(pid: int) -> tuple[int, int, int]:
+    """(resident bytes, open fds, threads) of ``pid`` and all its descendants."""
+    rss = fds = threads = 0
+    try:
+        root = psutil.Process(pid)
+        session = os.getsid(pid)
+        # not the brokers and link proxy a `vigil run` of the embedded cluster started: they run
+        # in sessions of their own
+        procs = [root, *(p for p in root.children(recursive=True) if _session(p.pid) == session)]
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return 0, 0, 0
+    for p in procs:
+        try:
+            rss += p.memory_info().rss
+            fds += p.num_fds()
+            threads += p.num_threads()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return rss, fds, threads
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def growth(samples: list[Sample], figure: str, warmup_s: float) -> dict[str, Any]:
+    """The fitted growth of ``figure`` after the warm-up, against its tolerance."""
+    pts = [(s.t_s, float(getattr(s, figure))) for s in samples if s.t_s >= warmup_s]
+    if len(pts) < 3:
+        return {"figure": figure, "ok": False, "reason": f"only {len(pts)} samples after the warm-up"}
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    grown = slope * (xs[-1] - xs[0])
+    median = statistics.median(ys)
+    limit = max(TOLERANCE[figure] * median, SLACK[figure])
+    return {"figure": figure, "ok": grown <= limit, "start": ys[0], "end": ys[-1], "median": median,
+            "slope_per_hour": slope * 3600, "fitted_growth": grown, "limit": limit}
+
+
+def soak_config(base: Config, run_dir: Path, retention_s: float, port: int) -> tuple[Config, Path]:
+    """The run's config: the base config's cluster, clients, writers and watch settings; its own
+    topics with short retention and small segments, state under ``run_dir``, metrics on ``port``."""
+    doc = to_document(base)
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    retention_ms = max(60_000, int(retention_s * 1000))
+    segments = {"retention.ms": str(retention_ms), "segment.ms": str(max(10_000, retention_ms // 4)),
+                "segment.bytes": str(1 << 20)}
+    canary = doc.get("canary", {})
+    ledger = doc.get("ledger", {})
+    doc.update({
+        "instance_id": f"soak-{stamp}",
+        "state_dir": str(run_dir / "state"),
+        "canary": {**canary, "name": f"vigil-soak-{stamp}",
+                   "extra_config": {**canary.get("extra_config", {}), **segments}},
+        "ledger": {**ledger, "topic": f"vigil-soak-{stamp}-ledger", "retention_ms": retention_ms,
+                   "extra_config": {**ledger.get("extra_config", {}), "segment.ms": segments["segment.ms"],
+                                    "segment.bytes": segments["segment.bytes"]}},
+        "metrics": {**doc.get("metrics", {}), "port": port, "bind": "127.0.0.1"},
+        "watch": {**doc.get("watch", {}), "checkpoint_dir": ""},
+    })
+    path = run_dir / "vigil.yaml"
+    write_document(doc, path)
+    return parse(doc, str(path)), path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _line(s: Sample) -> str:
+    mib = 2**20
+    return (f"{s.t_s / 60:5.1f} min  RSS {s.rss / mib:7.0f} MiB  state {s.state / mib:6.2f} MiB  "
+            f"checkpoint {s.checkpoint / mib:6.2f} MiB  fds {s.fds:4d}  threads {s.threads:4d}  "
+            f"checked {s.records_checked:12,.0f}  violations {s.violations:.0f}")
+
+
+def run_soak(base: Config, duration_s: float, interval_s: float, warmup_s: float, retention_s: float,
+             checks: tuple[str, ...], report_dir: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Runs the soak; returns its report (also written as ``soak.json`` and ``soak.png``)."""
+    run_dir = report_dir or Path(tempfile.mkdtemp(prefix="vigil-soak-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    cfg, path = soak_config(base, run_dir, retention_s, port)
+    out, err = (run_dir / "run.out").open("w"), (run_dir / "run.err").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],
+                            stdout=out, stderr=err)
+    state_file = cfg.checkpoint_dir() / STATE_FILE
+    samples: list[Sample] = []
+    final: dict = {}
+    try:
+        deadline = time.monotonic() + 240
+        while not _up(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"vigil run did not start: {(run_dir / 'run.err').read_text()[-2000:]}")
+            time.sleep(0.5)
+        progress(f"vigil run is checking (topic {cfg.canary.name}, retention {retention_s:.0f} s); "
+                 f"sampling every {interval_s:.0f} s for {duration_s / 60:.1f} min, warm-up {warmup_s / 60:.1f} min")
+        t0 = time.monotonic()
+        while True:
+            t = time.monotonic() - t0
+            if proc.poll() is not None:
+                raise RuntimeError(f"vigil run exited during the soak: {(run_dir / 'run.err').read_text()[-2000:]}")
+            metrics = scrape(port)
+            rss, fds, threads = process_tree(proc.pid)
+            s = Sample(round(t, 1), rss, state_file.stat().st_size if state_file.exists() else 0,
+                       _dir_bytes(cfg.spark_checkpoint_dir()), fds, threads,
+                       _total(metrics, "vigil_records_checked_total"), _total(metrics, "vigil_violations_total"))
+            samples.append(s)
+            progress(_line(s))
+            if t >= duration_s:
+                final = metrics
+                break
+            time.sleep(max(0.0, min(interval_s * len(samples), duration_s) - (time.monotonic() - t0)))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        out.close()
+        err.close()
+    drained = _drained_violations(run_dir / "run.out")
+    report = judge(samples, warmup_s, checks, final, drained, proc.returncode)
+    report.update({"topic": cfg.canary.name, "retention_s": retention_s, "interval_s": interval_s,
+                   "duration_s": duration_s, "report_dir": str(run_dir), "exit_code": proc.returncode,
+                   "samples": [asdict(s) for s in samples]})
+    (run_dir / "soak.json").write_text(json.dumps(report, indent=1))
+    report["chart"] = str(chart(samples, warmup_s, run_dir / "soak.png"))
+    return report
+
+
+def _up(port: int) -> bool:
+    try:
+        return bool(_total(scrape(port), "vigil_batches_total"))
+    except OSError:
+        return False
+
+
+def _drained_violations(out: Path) -> dict[str, float]:
+    """The totals `vigil run --json` printed once stopped (the checker drained: later than any
+    scrape), as invariant/isolation -> count; empty when it printed none."""
+    try:
+        summary = json.loads(out.read_text().strip().splitlines()[-1])
+    except (OSError, IndexError, ValueError):
+        return {}
+    found: dict[str, float] = {}
+    for key, n in summary.get("checker", {}).get("violations", {}).items():
+        inv, iso, _durability = key.split("/")
+        found[f"{inv}/{iso}"] = found.get(f"{inv}/{iso}", 0) + n
+    return found
+
+
+def judge(samples: list[Sample], warmup_s: float, checks: tuple[str, ...], final: dict,
+          drained: dict[str, float] | None = None, exit_code: int | None = 0) -> dict[str, Any]:
+    """The soak's verdict: no violation (in the last scrape, or in the totals printed once the run
+    drained), a clean exit, records checked between every two samples after the warm-up, no
+    checked figure growing."""
+    failures: list[str] = []
+    by_kind = {f"{dict(labels).get('invariant')}/{dict(labels).get('isolation')}": v
+               for (name, labels), v in final.items() if name == "vigil_violations_total" and v}
+    for kind, n in (drained or {}).items():
+        by_kind[kind] = max(by_kind.get(kind, 0), n)
+    if by_kind:
+        failures.append(f"violations: {by_kind}")
+    if exit_code != 0:
+        failures.append(f"vigil run exited with {exit_code}")
+    after = [s for s in samples if s.t_s >= warmup_s]
+    idle = [f"{b.t_s / 60:.1f}" for a, b in zip(after, after[1:]) if b.records_checked <= a.records_checked]
+    if len(after) < 2 or idle:
+        failures.append("records checked did not grow after the warm-up (at minute "
+                        + (", ".join(idle) or "-") + "): the monitor stopped checking")
+    grew = {f: growth(samples, f, warmup_s) for f in FIGURES}
+    for f in checks:
+        g = grew[f]
+        if not g["ok"]:
+            failures.append(f"{f} grew: " + (g.get("reason") or f"fitted {g['fitted_growth']:,.0f} "
+                                              f"{UNITS[f]} after the warm-up, limit {g['limit']:,.0f}"))
+    return {"ok": not failures, "failures": failures, "checked_figures": list(checks), "growth": grew,
+            "violations": by_kind, "warmup_s": warmup_s}
+
+
+def chart(samples: list[Sample], warmup_s: float, path: Path) -> Path:
+    """Four panels over time: memory, state and checkpoint, fds and threads, records checked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [s.t_s / 60 for s in samples]
+    fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
+    panels = [
+        ("resident memory (MiB), vigil run + Spark JVM", [("RSS", [s.rss / 2**20 for s in samples])]),
+        ("on disk (MiB)", [("checker state", [s.state / 2**20 for s in samples]),
+                           ("Spark checkpoint", [s.checkpoint / 2**20 for s in samples])]),
+        ("open", [("file descriptors", [s.fds for s in samples]), ("threads", [s.threads for s in samples])]),
+        ("records checked (millions)", [("both readers", [s.records_checked / 1e6 for s in samples])]),
+    ]
+    for ax, (title, series) in zip(axes, panels):
+        for label, ys in series:
+            ax.plot(t, ys, marker=".", label=label)
+        ax.axvspan(0, warmup_s / 60, color="0.9", label="warm-up")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("minutes since the first batch")
+    fig.suptitle("vigil soak: what must stay flat", fontsize=12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

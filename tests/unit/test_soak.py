@@ -1,0 +1,94 @@
+"""The soak's verdict: growth fitted after the warm-up, violations, a monitor that stopped checking."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from monitor.config import load, parse
+from monitor.soak import FIGURES, Sample, growth, judge, parse_duration, soak_config
+
+
+def series(minutes: int, grow: dict[str, float] | None = None, noise: float = 0.02, seed: int = 1) -> list[Sample]:
+    """A sample a minute: every figure flat (with noise) unless ``grow`` gives it a rise per minute."""
+    rng = random.Random(seed)
+    base = {"rss": 1.5 * 2**30, "state": 8 * 2**20, "checkpoint": 2 * 2**20, "fds": 400, "threads": 180}
+    out = []
+    for m in range(minutes + 1):
+        v = {f: base[f] * (1 + rng.uniform(-noise, noise)) + (grow or {}).get(f, 0) * m for f in FIGURES}
+        out.append(Sample(m * 60.0, int(v["rss"]), int(v["state"]), int(v["checkpoint"]), int(v["fds"]),
+                          int(v["threads"]), 1000.0 * m, 0.0))
+    return out
+
+
+def test_durations():
+    assert [parse_duration(t) for t in ("90", "90s", "5m", "1h", "1h30m", "0.5m")] == [90, 90, 300, 3600, 5400, 30]
+    for bad in ("", "5x", "m", "0s"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_a_flat_run_passes_and_noise_is_not_growth():
+    report = judge(series(60), 600, FIGURES, {})
+    assert report["ok"], report["failures"]
+
+
+@pytest.mark.parametrize("figure, per_minute", [("rss", 8 * 2**20), ("state", 40 * 2**10),
+                                                ("checkpoint", 20 * 2**10), ("fds", 1), ("threads", 0.5)])
+def test_a_slow_leak_fails_the_figure_that_leaks(figure, per_minute):
+    """Leaks of the size that would take a canary down within weeks: 8 MiB/min of memory, a file
+    descriptor a minute, a thread every two minutes."""
+    samples = series(60, {figure: per_minute})
+    report = judge(samples, 600, FIGURES, {})
+    assert not report["ok"]
+    assert [f.split(" ")[0] for f in report["failures"]] == [figure]
+    assert judge(samples, 600, tuple(f for f in FIGURES if f != figure), {})["ok"]  # only checked figures fail
+
+
+def test_a_figure_that_fills_up_during_the_warm_up_is_flat_after_it():
+    samples = series(60)
+    for s in samples:  # the checker's horizon fills in the first 8 minutes, then stays
+        s.state = int(min(s.t_s / 480, 1) * 8 * 2**20) + 1
+    assert not growth(samples, "state", 0)["ok"]
+    assert growth(samples, "state", 600)["ok"]
+
+
+def test_violations_or_a_monitor_that_stopped_checking_fail():
+    final = {("vigil_violations_total", (("durability", "guaranteed"), ("invariant", "lost_write"),
+                                         ("isolation", "read_committed"))): 2.0}
+    report = judge(series(20), 300, FIGURES, final)
+    assert report["violations"] == {"lost_write/read_committed": 2.0} and not report["ok"]
+    stuck = series(20)
+    for s in stuck:
+        s.records_checked = 5000.0
+    assert any("stopped checking" in f for f in judge(stuck, 300, FIGURES, {})["failures"])
+    assert "only 2 samples" in growth(series(6), "fds", 300)["reason"]
+
+
+def test_the_soak_config_has_its_own_short_lived_topics_and_keeps_the_secrets(tmp_path):
+    base = parse({"kafka": {"bootstrap_servers": "b:9093",
+                            "security": {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                                         "sasl_username": "u", "sasl_password": "pw"}},
+                  "canary": {"extra_config": {"max.message.bytes": "2000000"}},
+                  "watch": {"horizon_offsets": 3000}})
+    cfg, path = soak_config(base, tmp_path, 90, 29999)
+    assert load(path) == cfg
+    assert cfg.kafka.security.sasl_password.get_secret_value() == "pw"
+    assert cfg.canary.name.startswith("vigil-soak-") and cfg.ledger.topic == cfg.canary.name + "-ledger"
+    assert cfg.canary.topic_configs()["retention.ms"] == "90000"
+    assert cfg.canary.topic_configs()["max.message.bytes"] == "2000000"
+    assert cfg.ledger.topic_configs()["retention.ms"] == "90000"
+    assert cfg.ledger.topic_configs()["segment.ms"] == "22500"
+    assert (cfg.metrics.port, cfg.watch.horizon_offsets, cfg.state_dir) == (29999, 3000, str(tmp_path / "state"))
+
+
+def test_a_query_that_stopped_half_way_a_bad_exit_or_violations_found_while_draining_fail():
+    stalled = series(20)
+    for s in stalled[12:]:
+        s.records_checked = stalled[11].records_checked  # checking stopped at minute 11, the run went on
+    failures = judge(stalled, 300, FIGURES, {})["failures"]
+    assert any("stopped checking" in f and "12.0" in f for f in failures)
+    assert any("exited with 1" in f for f in judge(series(20), 300, FIGURES, {}, exit_code=1)["failures"])
+    drained = judge(series(20), 300, FIGURES, {}, drained={"duplicate/read_committed": 1})
+    assert drained["violations"] == {"duplicate/read_committed": 1} and not drained["ok"]
