@@ -29,9 +29,11 @@ from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, van
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.config import Config, parse, to_document, write_document
+from monitor.soak import scrape
 
 VIGIL = [sys.executable, "-m", "monitor"]
 STOP_TIMEOUT_S = 240.0  # writers wait for their last outcomes, then the checker drains
+FIRST_BATCH_TIMEOUT_S = 240.0  # Spark starting on a loaded machine
 
 
 @dataclass
@@ -150,6 +152,7 @@ class Runner:
                                 start_new_session=True)
         try:
             sampler.start()
+            self._first_batch(result, proc)
             self._phase(result, "warm-up", scenario.warmup_s)
             self._timeline(result, cfg)
             heal_cluster(self.cluster)
@@ -180,6 +183,24 @@ class Runner:
             result.audit.get("undecided_writes", []))
         result.verdict = judge(scenario, live_counts(result.summary), audit_counts(result.audit), beyond)
         return result
+
+    def _first_batch(self, result: RunResult, proc: subprocess.Popen, timeout_s: float = FIRST_BATCH_TIMEOUT_S) -> None:
+        """Wait until the checker completed its first micro-batch: the warm-up counts from a monitor
+        that runs, not from one still starting Spark. (A fault that hit Spark's first batch in
+        flight held it for the whole poll timeout: measured in CI, S3's leader kill then gave a
+        30 s stalled_poll that a started monitor does not show.)"""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if scrape(self.metrics_port).get(("vigil_batches_total", ())):
+                    self.say(f"{result.scenario.name}: the checker runs "
+                             f"({time.time() - result.started_at:.0f} s after the start)")
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise ScenarioError(f"{result.scenario.name}: `vigil run` completed no micro-batch within {timeout_s:.0f} s; "
+                            f"see {result.run_dir / 'run.err'}")
 
     def _phase(self, result: RunResult, name: str, seconds: float) -> None:
         result.phases[name] = round(time.time() - result.started_at, 1)
