@@ -72,8 +72,7 @@ def _lowest_and_highest_seqs(reads: Sequence[Read]) -> list[Read]:
 
 class TopicAttribution:
     def __init__(self) -> None:
-        # the oldest and the newest ID the last attributed batch's records were intended for
-        self.named: tuple[str, str] | None = None
+        self.oldest_named: str | None = None  # the oldest ID the last attributed batch's records name
         self.ids: dict[str, list[str]] = {}  # name -> topic IDs, oldest first
         self.gone: dict[str, str] = {}  # topic ID -> why it is no longer read ("vanished", "retired")
         self.streams: dict[tuple[str, str, int], Stream] = {}  # (isolation, name, partition)
@@ -112,7 +111,7 @@ class TopicAttribution:
         """The topic ID of ``reads`` (one reader's batch of one partition, offset order); None when
         nothing is known of ``name``. ``topic_of``: a record's ID by its content; ``fresh_id``:
         the name's ID now (asked only for a new stream and when offsets go backwards)."""
-        self.named = None
+        self.oldest_named = None
         if not reads:
             return None
         key = (iso, name, partition)
@@ -125,7 +124,7 @@ class TopicAttribution:
                     content = tid
                 if oldest is None or self._newer(name, oldest, tid):
                     oldest = tid
-        self.named = None if content is None or oldest is None else (oldest, content)
+        self.oldest_named = oldest
         s = self.streams.get(key)
         if s is None:
             tid = content

@@ -104,8 +104,8 @@ class TopicLifecycle:
                                     fresh)
         if tid is None:
             return False
-        named = self.topics.named  # the oldest and newest IDs its records were intended for
-        if named is not None and self.topics.older(name, named[0], tid):
+        oldest = self.topics.oldest_named  # the oldest ID its records were intended for
+        if oldest is not None and self.topics.older(name, oldest, tid):
             kept = self._without_the_old_log(name, tid, partition, reads)
             self.old_log_reads[iso] = self.old_log_reads.get(iso, 0) + len(reads) - len(kept)
             reads = kept

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from monitor.child_run import first_batch, free_port, scrape
 from monitor.config import Config, write_document
-from monitor.soak import free_port, scrape
 from monitor.drill_table import expected_counts
 from monitor.metrics import E2E_BUCKETS
 
@@ -107,16 +107,8 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
     result: dict[str, Any] = {"rate": rate, "writers": {w.name: round(w.rate, 1) for w in live.writers},
                               "topic": live.canary.name}
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if scrape(port).get(("vigil_batches_total", ())):
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"vigil run exited: {(tmp / 'run.err').read_text()[-2000:]}")
-            time.sleep(0.5)
+        if not first_batch(port, proc, 180) and proc.poll() is not None:
+            raise RuntimeError(f"vigil run exited: {(tmp / 'run.err').read_text()[-2000:]}")
         progress(f"vigil run is checking; warming up {warmup_s:.0f} s at {rate:,.0f} writes/s")
         time.sleep(warmup_s)
         first = scrape(port)

@@ -22,20 +22,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
+from monitor.child_run import first_batch, free_port, scrape
 from monitor.config import Config, parse, to_document, write_document
 from monitor.watch.state import STATE_FILE
 
@@ -73,14 +71,6 @@ def parse_duration(text: str) -> float:
     if total <= 0:
         raise ValueError(f"{text!r}: not a positive duration")
     return total
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """``/metrics`` of a `vigil run` on this machine: (name, sorted labels) -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def _total(samples: dict, name: str) -> float:
@@ -161,12 +151,6 @@ def soak_config(base: Config, run_dir: Path, retention_s: float, port: int) -> t
     return parse(doc, str(path)), path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _line(s: Sample) -> str:
     mib = 2**20
     return (f"{s.t_s / 60:5.1f} min  RSS {s.rss / mib:7.0f} MiB  state {s.state / mib:6.2f} MiB  "
@@ -188,11 +172,8 @@ def run_soak(base: Config, duration_s: float, interval_s: float, warmup_s: float
     samples: list[Sample] = []
     final: dict = {}
     try:
-        deadline = time.monotonic() + 240
-        while not _up(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vigil run did not start: {(run_dir / 'run.err').read_text()[-2000:]}")
-            time.sleep(0.5)
+        if not first_batch(port, proc, 240):
+            raise RuntimeError(f"vigil run did not start: {(run_dir / 'run.err').read_text()[-2000:]}")
         progress(f"vigil run is checking (topic {cfg.canary.name}, retention {retention_s:.0f} s); "
                  f"sampling every {interval_s:.0f} s for {duration_s / 60:.1f} min, warm-up {warmup_s / 60:.1f} min")
         t0 = time.monotonic()
@@ -227,13 +208,6 @@ def run_soak(base: Config, duration_s: float, interval_s: float, warmup_s: float
     (run_dir / "soak.json").write_text(json.dumps(report, indent=1))
     report["chart"] = str(chart(samples, warmup_s, run_dir / "soak.png"))
     return report
-
-
-def _up(port: int) -> bool:
-    try:
-        return bool(_total(scrape(port), "vigil_batches_total"))
-    except OSError:
-        return False
 
 
 def _drained_violations(out: Path) -> dict[str, float]:

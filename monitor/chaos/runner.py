@@ -29,7 +29,7 @@ from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, van
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.config import Config, parse, to_document, write_document
-from monitor.soak import scrape
+from monitor.child_run import first_batch
 
 VIGIL = [sys.executable, "-m", "monitor"]
 STOP_TIMEOUT_S = 240.0  # writers wait for their last outcomes, then the checker drains
@@ -189,16 +189,9 @@ class Runner:
         that runs, not from one still starting Spark. (A fault that hit Spark's first batch in
         flight held it for the whole poll timeout: measured in CI, S3's leader kill then gave a
         30 s stalled_poll that a started monitor does not show.)"""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if scrape(self.metrics_port).get(("vigil_batches_total", ())):
-                    self.say(f"{result.scenario.name}: the checker runs "
-                             f"({time.time() - result.started_at:.0f} s after the start)")
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
+        if first_batch(self.metrics_port, proc, timeout_s):
+            self.say(f"{result.scenario.name}: the checker runs ({time.time() - result.started_at:.0f} s after the start)")
+            return
         raise ScenarioError(f"{result.scenario.name}: `vigil run` completed no micro-batch within {timeout_s:.0f} s; "
                             f"see {result.run_dir / 'run.err'}")
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import TxnOutcome, WriteOutcome
 from invariants.model import TxnKey
 from monitor.audit.book import LedgerBook
+from monitor.child_run import scrape  # noqa: F401 - the tests import it from here
 from monitor.config import Config, parse
 from tests.integration.helpers import VIGIL, read_ledger
 
@@ -83,16 +83,6 @@ class Background:
 
     def stdout_json(self) -> Any:
         return json.loads(self.out.read_text().strip().splitlines()[-1])
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def violations(port: int) -> dict[tuple[str, str], int]:
