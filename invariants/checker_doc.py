@@ -11,7 +11,7 @@ from invariants.acked_writes import AckedWritesFamily
 from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import TopicSettings, WriterSettings
-from invariants.model import Durability, Settings, ViewKey
+from invariants.model import Durability, Settings, ViewKey, Violation
 from invariants.offsets import OffsetsFamily
 from invariants.promises import ClassTable
 from invariants.read_index import PartitionView
@@ -28,6 +28,7 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "counts": [[inv.value, iso.value, d.value, n] for (inv, iso, d), n in ck.sink.counts.items()],
         "lost_by_writer": [[w, iso.value, d.value, cause, n]
                            for (w, iso, d, cause), n in ck.sink.lost_by_writer.items()],
+        "counted_before": [[Violation.identity_doc(ident), n] for ident, n in ck.sink.counted_before.items()],
         "records_checked": {iso.value: n for iso, n in ck.records_checked.items()},
         "old_log_reads": {iso.value: n for iso, n in ck.old_log_reads.items()},
         "log_start": [[tid, p, off] for (tid, p), off in ck.log_start.items()],
@@ -63,6 +64,8 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
         ck.sink.counts[(Invariant(inv), Isolation(iso), Durability(d))] = n
     for w, iso, d, cause, n in doc["lost_by_writer"]:
         ck.sink.lost_by_writer[(w, Isolation(iso), Durability(d), cause)] = n
+    for ident, n in doc.get("counted_before", ()):  # absent before rebuilds existed: none
+        ck.sink.counted_before[Violation.identity_from_doc(ident)] = n
     ck.records_checked = {Isolation(k): n for k, n in doc["records_checked"].items()}
     ck.old_log_reads = {Isolation(k): n for k, n in doc.get("old_log_reads", {}).items()}  # absent before
     ck.log_start = {(tid, p): off for tid, p, off in doc["log_start"]}

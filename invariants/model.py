@@ -12,7 +12,7 @@ import enum
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from invariants.catalog import Invariant, Isolation
 
@@ -143,6 +143,36 @@ class Violation:
             "reason": self.reason, "writer": self.writer_name, "cause": self.cause,
         }
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Violation":
+        """The violation an evidence line (``to_json`` plus what the watch adds) describes."""
+        writer = None if doc.get("writer_id") is None else (int(doc["writer_id"], 16), int(doc["incarnation"]))
+        return cls(Invariant(doc["invariant"]), Isolation(doc["isolation"]), doc.get("topic_id") or "",
+                   int(doc.get("partition", -1)), tuple(int(o) for o in doc.get("offsets") or ()), writer,
+                   doc.get("seq"), doc.get("txn_id"), doc.get("detail") or "",
+                   Durability(doc.get("durability") or Durability.GUARANTEED.value), doc.get("reason") or "",
+                   doc.get("writer") or "", doc.get("cause") or "")
+
+    def identity(self) -> tuple:
+        """What makes two reports the same violation, whenever and however it was found again:
+        what, where (topic ID, partition, its first two offsets) and whose (writer, seq,
+        transaction). Not its cause nor its class: a write read and later gone (``vanished``,
+        classed by the promise of a read) is, read again from the start, a write never read
+        (``never_read``, classed by the promise of its ack). Not its offsets past the first two:
+        a duplicate lists the copies read when it was counted, which depends on the batches.
+        Its detail only when nothing else says which one it is (``outcome_gap``: the entries)."""
+        anonymous = not self.offsets and self.writer is None
+        return (self.invariant.value, self.isolation.value, self.topic_id, self.partition, self.offsets[:2],
+                self.writer, self.seq, self.txn_id, self.detail if anonymous else "")
+
+    @staticmethod
+    def identity_doc(ident: tuple) -> list:
+        return [*ident[:4], list(ident[4]), None if ident[5] is None else list(ident[5]), *ident[6:]]
+
+    @staticmethod
+    def identity_from_doc(doc: list) -> tuple:
+        return (*doc[:4], tuple(doc[4]), None if doc[5] is None else tuple(doc[5]), *doc[6:])
+
 
 LOST_CAUSES = ("never_read", "vanished", "topic_vanished")
 
@@ -154,18 +184,42 @@ def lost_cause(cause: str) -> str:
 
 
 class ViolationSink:
-    """Where the families report: counts per (invariant, isolation) and the new violations."""
+    """Where the families report: counts per (invariant, isolation) and the new violations.
+
+    After a rebuild (a checker state lost and rebuilt by reading the retained logs again), the
+    violations counted before it are :meth:`seed`-ed from their evidence: counted at once, and
+    each one found again in the logs is passed over, once, instead of being counted twice. What
+    is never found again (its records deleted by retention) stays remembered: there are as many
+    as violations were counted, and forgetting one below a log start is not safe — a bogus ack
+    below it is judged from the ledger alone and found again."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[Invariant, Isolation, Durability]] = Counter()
         self.lost_by_writer: Counter[tuple[str, Isolation, Durability, str]] = Counter()  # ... and cause
         self.new: list[Violation] = []
+        self.counted_before: Counter[tuple] = Counter()  # identities seeded and not yet found again
+
+    def seed(self, earlier: Iterable[Violation]) -> None:
+        """Count violations a lost state had counted (from their evidence), and pass over each
+        when the logs show it again."""
+        for v in earlier:
+            self._count(v)
+            self.counted_before[v.identity()] += 1
 
     def add(self, v: Violation) -> None:
+        ident = v.identity()
+        if self.counted_before[ident] > 0:  # counted before the rebuild: found again, not new
+            self.counted_before[ident] -= 1
+            if not self.counted_before[ident]:
+                del self.counted_before[ident]
+            return
+        self._count(v)
+        self.new.append(v)
+
+    def _count(self, v: Violation) -> None:
         self.counts[(v.invariant, v.isolation, v.durability)] += 1
         if v.invariant is Invariant.LOST_WRITE:
             self.lost_by_writer[(v.writer_name, v.isolation, v.durability, lost_cause(v.cause))] += 1
-        self.new.append(v)
 
     def extend(self, vs: list[Violation]) -> None:
         for v in vs:

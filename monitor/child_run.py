@@ -17,9 +17,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """``/metrics`` of a `vigil run` on this machine: (name, sorted labels) -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+def scrape(port: int, host: str = "127.0.0.1") -> dict[tuple[str, tuple], float]:
+    """``/metrics`` of a `vigil run` (on this machine by default): (name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}

@@ -39,6 +39,22 @@ def classify(err: KafkaError) -> str:
     return "transport" if code in _TRANSPORT else "other"
 
 
+# Spark's source runs the Java client: its refusals end the query, and reach Vigil as the
+# StreamingQueryException's text, naming the Java exception (most specific first)
+_JAVA_KINDS = (("SslAuthenticationException", "tls"), ("SaslAuthenticationException", "authentication"),
+               ("AuthenticationException", "authentication"), ("AuthorizationException", "authorization"))
+
+
+def classify_java(text: str) -> tuple[str, str] | None:
+    """The kind of refusal a Java client's error text names, and the line that names it (None:
+    not a refusal)."""
+    for name, kind in _JAVA_KINDS:
+        if name in text:
+            line = next(ln for ln in text.splitlines() if name in ln).strip()
+            return kind, line[line.rfind(" ", 0, line.find(name)) + 1:][:300]
+    return None
+
+
 def advice(kind: str, settings: str, user: str | None) -> str:
     """What to check, naming the settings (``settings``: ``kafka.security`` or ``ledger.kafka.security``)."""
     if kind == "authentication":
@@ -61,6 +77,13 @@ class ClientErrors:
                now: float | None = None) -> str:
         """Count one error of ``client``; returns its kind."""
         kind = classify(err)
+        self.report_kind(client, kind, err.str(), settings, user, now)
+        return kind
+
+    def report_kind(self, client: str, kind: str, text: str, settings: str = "kafka.security",
+                    user: str | None = None, now: float | None = None) -> None:
+        """Count one error of ``client`` already classified (``text``: the client's own words,
+        never holding a secret)."""
         now = time.monotonic() if now is None else now
         with self._lock:
             self.counts[(client, kind)] += 1
@@ -69,8 +92,7 @@ class ClientErrors:
             if due:
                 self._said[(client, kind)] = now
         if due:
-            self.say(f"vigil: {client}: {advice(kind, settings, user)} ({err.str()}); retrying")
-        return kind
+            self.say(f"vigil: {client}: {advice(kind, settings, user)} ({text}); retrying")
 
     def callback(self, client: str, settings: str = "kafka.security", user: str | None = None,
                  also: Callable[[Any], None] | None = None) -> Callable[[KafkaError], None]:

@@ -362,6 +362,11 @@ class Config(_Model):
             return self.ledger.kafka.bootstrap_servers
         return self.canary_bootstrap()
 
+    def ledger_placement(self) -> str:
+        """``separate`` when the ledger is on a cluster of its own, else ``shared`` (with the canary:
+        then a ledger that is away is the canary's cluster away, and says nothing of its own)."""
+        return "separate" if self.ledger_bootstrap() != self.canary_bootstrap() else "shared"
+
     def checkpoint_dir(self) -> Path:
         return Path(self.watch.checkpoint_dir or Path(self.state_dir) / "checkpoint")
 

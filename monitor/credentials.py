@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from monitor import clients
 from monitor.config import Config, ConfigError, SecurityConfig
+from monitor.periodic import start_periodic
 
 
 def _snapshot(clients_open: Any) -> list:
@@ -86,16 +87,10 @@ class CredentialWatch:
         if not self.files:
             return None
 
-        def loop() -> None:
-            while not self.stop.wait(self.interval_s):
-                try:
-                    self.look()
-                except Exception as exc:  # noqa: BLE001 - the next look may succeed; never end the thread
-                    self.say(f"vigil: reading the SASL password files failed ({type(exc).__name__}); trying again")
-
-        thread = threading.Thread(target=loop, name="vigil-credentials", daemon=True)
-        thread.start()
-        return thread
+        return start_periodic(
+            "vigil-credentials", self.interval_s, self.stop, self.look, first_now=False,
+            on_error=lambda exc: self.say(f"vigil: reading the SASL password files failed ({type(exc).__name__}); "
+                                          "trying again"))
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         fam = CounterMetricFamily("vigil_credential_reloads", "Changes of a SASL password file "

@@ -80,6 +80,14 @@ class LedgerWriter:
         self.next_n = 0
         self._lock = threading.Lock()
         self._errors: list[str] = []
+        self._waiting_since: float | None = None  # monotonic: a sync still waiting after a second
+        self.placement = "shared"  # or "separate": the ledger on a cluster of its own (Config.ledger_placement)
+
+    def waiting_s(self) -> float:
+        """How long the current wait for durable entries has lasted (0: none). While a writer
+        waits for its intent it sends nothing: a ledger that is away pauses the canary."""
+        since = self._waiting_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -104,10 +112,18 @@ class LedgerWriter:
             self.producer.poll(0)
         return n
 
-    def sync(self, stop: threading.Event | None = None) -> None:
-        """Wait until every appended entry is durable; raise if one was lost."""
-        while self.producer.flush(1.0) > 0:
-            if stop is not None and stop.is_set():
-                raise LedgerError("stopped while waiting for the ledger")
+    def sync(self, stop: threading.Event | None = None, timeout_s: float | None = None) -> None:
+        """Wait until every appended entry is durable (at most ``timeout_s``); raise if one was lost."""
+        started = time.monotonic()
+        try:
+            while (left := self.producer.flush(1.0)) > 0:
+                self._waiting_since = started
+                if stop is not None and stop.is_set():
+                    raise LedgerError("stopped while waiting for the ledger")
+                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                    raise LedgerError(f"the ledger did not take {left} entr{'y' if left == 1 else 'ies'} within "
+                                      f"{timeout_s:.0f} s")
+        finally:
+            self._waiting_since = None
         if self._errors:
             raise LedgerError("; ".join(self._errors))

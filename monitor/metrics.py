@@ -35,6 +35,7 @@ class ProducerMetrics:
     incarnation: Gauge
     info: Gauge
     topic_changes: Counter
+    ledger_wait: Gauge
 
     def init_writer(self, writer: str, transactional: bool, acks: str = "all", idempotence: bool = True) -> None:
         self.info.labels(writer, acks, str(idempotence).lower(), str(transactional).lower()).set(1)
@@ -81,6 +82,11 @@ def producer_metrics(registry: CollectorRegistry) -> ProducerMetrics:
             "vigil_producer_topic_changes", "Times the writer carried on on a changed canary topic: recreated "
             "(a new topic ID: gone and created again, by the writer or anyone else) or partitions_added.",
             ["writer", "kind"], registry=registry),
+        ledger_wait=Gauge(
+            "vigil_ledger_wait_seconds", "How long the writer has been waiting for its ledger entries to be "
+            "durable, 0 when it is not: while it waits it writes no canary record (an intent comes first), so a "
+            "ledger that is away pauses the canary instead of losing its outcomes. ledger: separate (a cluster of "
+            "its own) or shared (the canary's).", ["writer", "ledger"], registry=registry),
     )
 
 
@@ -120,6 +126,9 @@ class WatchSnapshot:
     list_offsets_failures: int = 0
     topics: dict = field(default_factory=dict)  # topic ID -> (name, state: current | gone reason | known)
     clock_skew: dict = field(default_factory=dict)  # writer name -> seconds its clock is ahead of the brokers'
+    save_failures: dict = field(default_factory=dict)  # errno name -> saves of the state that failed
+    ledger_reachable: int = 1  # the prober found the ledger answering last round
+    ledger_placement: str = "shared"  # Config.ledger_placement
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
@@ -219,6 +228,13 @@ class WatchCollector:
         for iso in READERS:
             old.add_metric([iso.value], s.old_log_reads.get(iso, 0))
         yield old
+        reach = GaugeMetricFamily("vigil_ledger_reachable", "1 when the prober's last look found the ledger "
+                                  "answering (its metadata, every partition with a leader and min.insync.replicas "
+                                  "in sync), 0 when not: the writers then pause (no canary record without a durable "
+                                  "intent) and the checker waits. ledger: separate (a cluster of its own) or shared "
+                                  "(the canary's: then it is the canary's cluster that is away).", labels=["ledger"])
+        reach.add_metric([s.ledger_placement], s.ledger_reachable)
+        yield reach
         yield CounterMetricFamily("vigil_list_offsets_failures", "Partition end listings of the prober that got no "
                                   "answer (their last known values were kept).", value=s.list_offsets_failures)
         checked = CounterMetricFamily("vigil_records_checked", "Canary records read and checked, per reader.",
@@ -285,6 +301,13 @@ class WatchCollector:
             stalls.add_metric([inv.value, iso.value], n)
         yield stalls
         yield GaugeMetricFamily("vigil_state_bytes", "Size of the checker's durable state.", value=s.state_bytes)
+        failed = CounterMetricFamily("vigil_state_save_failures", "Saves of the checker state (or of the evidence "
+                                     "with it) that failed since the monitor started, by errno (ENOSPC: the volume "
+                                     "is full, EFBIG: a file-size limit): the batch is not exported and is applied "
+                                     "again.", labels=["reason"])
+        for reason, n in sorted(s.save_failures.items()):
+            failed.add_metric([reason], n)
+        yield failed
         yield CounterMetricFamily("vigil_batches", "Micro-batches the checker applied.", value=s.batches)
         phases = CounterMetricFamily("vigil_batch_seconds", "Time the micro-batches spent per phase since the "
                                      "monitor started: fetch (Spark job, executors' decoding, transfer to the "

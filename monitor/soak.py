@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,6 +53,11 @@ class Sample:
     threads: int
     records_checked: float
     violations: float
+    # resident bytes by kind of process — the monitor's own Python (``driver``), the Spark JVM
+    # (``jvm``), PySpark's Python workers (``python_workers``, which Spark starts and ends as it
+    # needs them) — and how many workers: a step in ``rss`` is one of them, a ramp a leak
+    rss_by: dict = field(default_factory=dict)
+    python_workers: int = 0
 
 
 def parse_duration(text: str) -> float:
@@ -81,8 +86,20 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
 
-def process_tree(pid: int) -> tuple[int, int, int]:
-    """(resident bytes, open fds, threads) of ``pid`` and all its descendants."""
+def process_kind(root_pid: int, proc: Any) -> str:
+    """``driver`` (the `vigil run` process), ``jvm`` (Spark's), ``python_workers`` or ``other``."""
+    if proc.pid == root_pid:
+        return "driver"
+    name = proc.name()
+    if name == "java":
+        return "jvm"
+    return "python_workers" if name.startswith("python") else "other"
+
+
+def process_tree(pid: int, by_kind: dict[str, int] | None = None, counts: dict[str, int] | None = None
+                 ) -> tuple[int, int, int]:
+    """(resident bytes, open fds, threads) of ``pid`` and all its descendants; ``by_kind`` and
+    ``counts``, when given, get the resident bytes and the number of processes per kind."""
     rss = fds = threads = 0
     try:
         root = psutil.Process(pid)
@@ -94,11 +111,17 @@ def process_tree(pid: int) -> tuple[int, int, int]:
         return 0, 0, 0
     for p in procs:
         try:
-            rss += p.memory_info().rss
+            resident = p.memory_info().rss
             fds += p.num_fds()
             threads += p.num_threads()
+            kind = process_kind(pid, p)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        rss += resident
+        if by_kind is not None:
+            by_kind[kind] = by_kind.get(kind, 0) + resident
+        if counts is not None:
+            counts[kind] = counts.get(kind, 0) + 1
     return rss, fds, threads
 
 
@@ -155,7 +178,9 @@ def _line(s: Sample) -> str:
     mib = 2**20
     return (f"{s.t_s / 60:5.1f} min  RSS {s.rss / mib:7.0f} MiB  state {s.state / mib:6.2f} MiB  "
             f"checkpoint {s.checkpoint / mib:6.2f} MiB  fds {s.fds:4d}  threads {s.threads:4d}  "
-            f"checked {s.records_checked:12,.0f}  violations {s.violations:.0f}")
+            f"checked {s.records_checked:12,.0f}  violations {s.violations:.0f}"
+            + (f"  (JVM {s.rss_by.get('jvm', 0) / mib:.0f}, Python workers {s.python_workers}: "
+               f"{s.rss_by.get('python_workers', 0) / mib:.0f} MiB)" if s.rss_by else ""))
 
 
 def run_soak(base: Config, duration_s: float, interval_s: float, warmup_s: float, retention_s: float,
@@ -182,10 +207,13 @@ def run_soak(base: Config, duration_s: float, interval_s: float, warmup_s: float
             if proc.poll() is not None:
                 raise RuntimeError(f"vigil run exited during the soak: {(run_dir / 'run.err').read_text()[-2000:]}")
             metrics = scrape(port)
-            rss, fds, threads = process_tree(proc.pid)
+            by_kind: dict[str, int] = {}
+            counts: dict[str, int] = {}
+            rss, fds, threads = process_tree(proc.pid, by_kind, counts)
             s = Sample(round(t, 1), rss, state_file.stat().st_size if state_file.exists() else 0,
                        _dir_bytes(cfg.spark_checkpoint_dir()), fds, threads,
-                       _total(metrics, "vigil_records_checked_total"), _total(metrics, "vigil_violations_total"))
+                       _total(metrics, "vigil_records_checked_total"), _total(metrics, "vigil_violations_total"),
+                       by_kind, counts.get("python_workers", 0))
             samples.append(s)
             progress(_line(s))
             if t >= duration_s:
@@ -263,7 +291,14 @@ def chart(samples: list[Sample], warmup_s: float, path: Path) -> Path:
     t = [s.t_s / 60 for s in samples]
     fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
     panels = [
-        ("resident memory (MiB), vigil run + Spark JVM", [("RSS", [s.rss / 2**20 for s in samples])]),
+        ("resident memory (MiB), vigil run + Spark JVM + Python workers",
+         [("RSS, all", [s.rss / 2**20 for s in samples])]
+         + [(label, [s.rss_by.get(kind, 0) / 2**20 for s in samples])
+            for kind, label in (("driver", "the monitor (Python)"), ("jvm", "Spark JVM"),
+                                ("python_workers", "PySpark Python workers"))
+            if any(kind in s.rss_by for s in samples)]
+         + ([("Python workers x100", [100 * s.python_workers for s in samples])]
+            if any(s.python_workers for s in samples) else [])),
         ("on disk (MiB)", [("checker state", [s.state / 2**20 for s in samples]),
                            ("Spark checkpoint", [s.checkpoint / 2**20 for s in samples])]),
         ("open", [("file descriptors", [s.fds for s in samples]), ("threads", [s.threads for s in samples])]),
@@ -275,7 +310,7 @@ def chart(samples: list[Sample], warmup_s: float, path: Path) -> Path:
         ax.axvspan(0, warmup_s / 60, color="0.9", label="warm-up")
         ax.set_title(title, fontsize=10)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("minutes since the first batch")
     fig.suptitle("vigil soak: what must stay flat", fontsize=12)

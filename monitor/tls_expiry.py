@@ -28,6 +28,7 @@ from cryptography import x509
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from monitor.config import Config, KafkaConfig
+from monitor.periodic import start_periodic
 
 Source = tuple[str, str, str]  # (cluster: canary | ledger, certificate: broker | ca | client, where)
 
@@ -104,14 +105,11 @@ class CertificateWatch:
         if not self.sources:
             return None
 
-        def loop() -> None:
-            while not self.stop.is_set():
-                self.look()
-                self.stop.wait(self.interval_s)
+        def failed(exc: Exception) -> None:
+            with self.lock:
+                self.last_error = f"looking at the certificates failed: {type(exc).__name__}: {exc}"
 
-        thread = threading.Thread(target=loop, name="vigil-certificates", daemon=True)
-        thread.start()
-        return thread
+        return start_periodic("vigil-certificates", self.interval_s, self.stop, self.look, failed)
 
     def snapshot(self) -> tuple[dict[Source, float], dict[Source, int]]:
         with self.lock:

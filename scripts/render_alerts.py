@@ -106,15 +106,33 @@ def health_rules() -> list[dict[str, Any]]:
         _rule("VigilMonitorDown", 'absent(vigil_up) or (up{job=~"vigil.*"} == 0)', "critical",
               "the Vigil monitor is not scraped: no verdicts are being made",
               "vigil_up has been absent or the scrape down for 2 minutes.", "2m"),
-        _rule("VigilMonitorStale", "time() - max(vigil_last_batch_timestamp_seconds) > 120", "critical",
+        _rule("VigilMonitorStale", "(time() - max(vigil_last_batch_timestamp_seconds) > 120)\n"
+              '  unless on () (max(max_over_time(vigil_ledger_reachable{ledger="separate"}[2m])) == 0)', "critical",
               "the Vigil checker has not completed a trigger for over 2 minutes",
-              "the last trigger was more than 2 minutes ago.", "2m"),
+              "the last trigger was more than 2 minutes ago (while a ledger on a cluster of its own has been "
+              "unreachable all along, VigilLedgerUnavailable says so instead).", "2m"),
+        _rule("VigilLedgerUnavailable",
+              "(min(vigil_ledger_reachable) == 0)\n  or on () (max(vigil_ledger_wait_seconds) > 60)", "critical",
+              "the outcome ledger is unreachable: the canary is paused and nothing is judged",
+              "The prober has found the ledger not answering for 2 minutes (no metadata, a partition without a "
+              "leader or below min.insync.replicas), or a writer has waited for its ledger entries for over 3 "
+              "minutes. The writers send nothing whose intent is not durable, so nothing is lost; writing and "
+              "checking resume by themselves once it answers. On a cluster of its own (ledger=\"separate\"), "
+              "the waits it causes are neither producer_stalled nor VigilCanaryProducerStalled.", "2m",
+              cause="ledger"),
+        _rule("VigilStateNotSaved", "sum by (reason) (increase(vigil_state_save_failures_total[5m])) > 0", "critical",
+              "the Vigil checker cannot save its state ({{ $labels.reason }}): nothing new is checked",
+              "For 5 minutes the checker's state (or the evidence saved with it) could not be written: every "
+              "micro-batch is applied again and fails again, and /metrics keeps the counts saved last. Free space "
+              "on the checkpoint volume; checking resumes by itself, nothing is lost or counted twice.", "5m"),
         _rule("VigilCanaryProducerStalled",
               'sum by (writer) (increase(vigil_producer_writes_total{outcome="acked"}[2m])) == 0\n'
-              '  unless on (writer) vigil_producer_info{acks="0"}',
+              '  unless on (writer) vigil_producer_info{acks="0"}\n'
+              '  unless on (writer) (min_over_time(vigil_ledger_wait_seconds{ledger="separate"}[2m]) > 0)',
               "critical", "canary writer {{ $labels.writer }} got no acknowledgement for 3 minutes",
               "no acked canary write in the last 2 minutes, for 1 minute (acks=0 writers are never acknowledged "
-              "and never alert here).", "1m"),
+              "and never alert here, nor a writer that has waited all along for a ledger on a cluster of its own: "
+              "VigilLedgerUnavailable).", "1m"),
     ]
 
 
@@ -314,6 +332,41 @@ def health_tests(rule: dict[str, Any]) -> list[dict[str, Any]]:
             _case(f"{a} silent on a missed scrape", [(s, "0+15x10 _ 165+15x30")], [("10m", a, [])]),
             _case(f"{a} silent across a monitor restart", [(s, "0+15x10 _x4 225+15x30")],
                   [("4m", a, []), ("10m", a, [])]),
+            _case(f"{a} silent while a ledger of its own is unreachable (VigilLedgerUnavailable)",
+                  [(s, "0+15x10 150x40"), ('vigil_ledger_reachable{ledger="separate"}', "1x10 0x40")],
+                  [("7m", a, [])]),
+            _case(f"{a} fires when the ledger only blinks away now and then",
+                  [(s, "0+15x10 150x40"),
+                   ('vigil_ledger_reachable{ledger="separate"}', "1x10 0 1x6 0 1x6 0 1x6 0 1x6")],
+                  [("7m", a, _fired(rule, {}))]),
+            _case(f"{a} fires when the ledger shares the canary's cluster (it is the canary's cluster away)",
+                  [(s, "0+15x10 150x40"), ('vigil_ledger_reachable{ledger="shared"}', "1x10 0x40")],
+                  [("7m", a, _fired(rule, {}))]),
+        ]
+    if a == "VigilLedgerUnavailable":
+        up = 'vigil_ledger_reachable{ledger="separate"}'
+        wait = 'vigil_ledger_wait_seconds{writer="idempotent",ledger="separate"}'
+        return [
+            _case(f"{a} fires when the prober finds the ledger away", [(up, "1x10 0x30"), (wait, "0x40")],
+                  [("3m", a, []), ("5m", a, _fired(rule, {}))]),
+            _case(f"{a} fires when a writer waits for its ledger", [(up, "1x40"), (wait, "0x10 0+15x30")],
+                  [("4m", a, []), ("7m", a, _fired(rule, {}))]),
+            _case(f"{a} silent on a clean series", [(up, "1x40"), (wait, "0x40")], [("10m", a, [])]),
+            _case(f"{a} silent after a short outage", [(up, "1x10 0x3 1x30"), (wait, "0x10 0+15x3 0x30")],
+                  [("10m", a, [])]),
+            _case(f"{a} silent on a missed scrape", [(up, "1x20 _ 1x20"), (wait, "0x20 _ 0x20")], [("10m", a, [])]),
+            _case(f"{a} silent across a monitor restart", [(up, "1x20 _x4 1x20"), (wait, "0x20 _x4 0x20")],
+                  [("10m", a, [])]),
+        ]
+    if a == "VigilStateNotSaved":
+        s = 'vigil_state_save_failures_total{reason="ENOSPC"}'
+        return [
+            _case(f"{a} fires while saves keep failing", [(s, "0x10 0+1x40")],
+                  [("4m", a, []), ("11m", a, _fired(rule, {"reason": "ENOSPC"}))]),
+            _case(f"{a} silent on a clean series", [(s, "0x50")], [("12m", a, [])]),
+            _case(f"{a} silent after one failed save", [(s, "0x10 1x40")], [("12m", a, [])]),
+            _case(f"{a} silent on a missed scrape", [(s, "0x20 _ 0x30")], [("12m", a, [])]),
+            _case(f"{a} silent across a monitor restart", [(s, "3x20 _x4 0x30")], [("12m", a, [])]),
         ]
     s = 'vigil_producer_writes_total{writer="idempotent",outcome="acked"}'
     info = 'vigil_producer_info{writer="idempotent",acks="all",idempotence="true",transactional="false"}'
@@ -328,6 +381,17 @@ def health_tests(rule: dict[str, Any]) -> list[dict[str, Any]]:
               [("6m", a, []), ("10m", a, [])]),
         _case(f"{a} silent for an acks=0 writer, which is never acknowledged", [(acks0, "0x40"), (acks0_info, "1x40")],
               [("10m", a, [])]),
+        _case(f"{a} silent while the writer waits for a ledger of its own (VigilLedgerUnavailable)",
+              [(s, "0+100x10 1000x30"), (info, "1x40"),
+               ('vigil_ledger_wait_seconds{writer="idempotent",ledger="separate"}', "0x10 0+15x30")], [("6m", a, [])]),
+        _case(f"{a} fires when the writer's ledger waits are short (a slow ledger, not an away one)",
+              [(s, "0+100x10 1000x30"), (info, "1x40"),
+               ('vigil_ledger_wait_seconds{writer="idempotent",ledger="separate"}', "0x10" + " 0 2 0 0" * 8)],
+              [("6m", a, _fired(rule, {"writer": "idempotent"}))]),
+        _case(f"{a} fires when the ledger shares the canary's cluster (it is the canary's cluster away)",
+              [(s, "0+100x10 1000x30"), (info, "1x40"),
+               ('vigil_ledger_wait_seconds{writer="idempotent",ledger="shared"}', "0x10 0+15x30")],
+              [("6m", a, _fired(rule, {"writer": "idempotent"}))]),
     ]
 
 

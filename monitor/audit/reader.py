@@ -21,7 +21,7 @@ class AuditReadError(VigilError):
     pass
 
 
-def _read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,
+def read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,
                  on_message: Callable[[Any], None], progress: Callable[[str], None]) -> None:
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     at_end: set[int] = set()
@@ -85,7 +85,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
 
         c = clients.consumer(cfg, "read_committed", group="vigil-audit", ledger=True, profile="bulk")
         try:
-            _read_to_end(c, cfg.ledger.topic, ledger_info.partitions, timeout_s, on_ledger, progress)
+            read_to_end(c, cfg.ledger.topic, ledger_info.partitions, timeout_s, on_ledger, progress)
         finally:
             c.close()
         for p in sorted(by_partition):
@@ -111,7 +111,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
 
         c = clients.consumer(cfg, iso.value, group="vigil-audit", profile="bulk")
         try:
-            _read_to_end(c, cfg.canary.name, info.partitions, timeout_s, on_canary, progress)
+            read_to_end(c, cfg.canary.name, info.partitions, timeout_s, on_canary, progress)
             low = {p: clients.watermarks(c, cfg.canary.name, p)[0]
                    for p in range(info.partitions)}
         finally:

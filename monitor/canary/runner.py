@@ -64,8 +64,10 @@ def writer_instance_id(config: Config, writer: WriterConfig) -> str:
 def open_ledger(config: Config, identity: WriterIdentity) -> LedgerWriter:
     producer = clients.producer(client_config.ledger_producer(config, identity.instance_id), "ledger", config,
                                 ledger=True)
-    return LedgerWriter(producer, config.ledger.topic, identity.instance_id, identity.writer_id,
-                        identity.incarnation)
+    ledger = LedgerWriter(producer, config.ledger.topic, identity.instance_id, identity.writer_id,
+                          identity.incarnation)
+    ledger.placement = config.ledger_placement()
+    return ledger
 
 
 def open_writer(config: Config, writer: WriterConfig, topics: Topics,

@@ -31,6 +31,7 @@ its seq which ID it was meant for.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -55,6 +56,7 @@ from monitor.outcomes import classify_delivery
 
 MAX_BATCH = 10_000
 OUTCOME_FLUSH_S = 0.05
+FINISH_LEDGER_S = 30.0  # how long a stopping writer waits for its last ledger entries
 
 
 class CanaryWriter(TopicFollowing, AckChecking):
@@ -92,6 +94,7 @@ class CanaryWriter(TopicFollowing, AckChecking):
         if metrics is not None:
             metrics.init_writer(cfg.name, cfg.transactional, cfg.acks, cfg.idempotence)
             metrics.incarnation.labels(cfg.name).set(identity.incarnation)
+            metrics.ledger_wait.labels(cfg.name, ledger.placement).set_function(lambda: self.ledger.waiting_s())
 
     # -- callbacks (run inside producer.poll/flush on the writer thread) -------------------
 
@@ -357,7 +360,11 @@ class CanaryWriter(TopicFollowing, AckChecking):
         self.finish_transactions()
         if self.in_flight == 0:
             self.ledger.append(Stop())
-        self.ledger.sync()
+        try:  # a ledger that is away must not hold the stop forever
+            self.ledger.sync(timeout_s=FINISH_LEDGER_S)
+        except LedgerError as exc:
+            print(f"vigil: writer-{self.cfg.name}: {exc}: stopping without them (what this incarnation left "
+                  "in flight becomes indeterminate when the next one starts)", file=sys.stderr, flush=True)
 
     def finish_transactions(self) -> None:
         """Hook for the transactional writer."""

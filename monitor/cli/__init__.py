@@ -11,7 +11,7 @@ from rich.text import Text
 from invariants.errors import VigilError
 from monitor.cli import (
     audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd,
-    soak_cmd, spark_cmd, watch_cmd,
+    soak_cmd, spark_cmd, state_cmd, status_cmd, watch_cmd,
 )
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app.add_typer(cluster_cmd.app, name="cluster")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(spark_cmd.app, name="spark")
+app.add_typer(state_cmd.app, name="state")
 app.command("produce")(produce_cmd.produce)
 app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)
@@ -34,11 +35,13 @@ app.command("audit")(audit_cmd.audit_cmd)
 app.command("bench")(bench_cmd.bench)
 app.command("soak")(soak_cmd.soak)
 app.command("retire")(retire_cmd.retire)
+app.command("status")(status_cmd.status)
 
 
 def main() -> None:
     try:
         app()
     except VigilError as exc:
-        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
+        # one line, never wrapped: it is read in logs and searched for (a command, a path, a key)
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
         sys.exit(2)

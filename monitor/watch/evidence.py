@@ -8,7 +8,9 @@ less than ``INCIDENT_GAP_S`` apart share an incident: one fault usually shows se
 Idempotent under batch replay: before a batch is written, the file is cut back to the length
 recorded in the durable state with the previous batch, so lines of a batch that was written
 but never saved disappear before the batch is written again. The optional evidence topic
-(compacted) keys each record by that same position, so a replay overwrites its own records.
+(compacted) keys each record by that same position and index, so a replay overwrites its own
+records, and after each write a ``<position>:end`` record says how many lines it holds (a shorter
+write at the same position leaves the longer one's last keys behind: they are not read back).
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class EvidenceLog:
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
+        if self.producer is not None and self.topic:
+            # how many lines this write holds: a shorter write at the same position (a batch handed
+            # again after a cut one) leaves the longer one's last keys behind, and this says so
+            self.producer.produce(self.topic, key=f"{committed_bytes}:end".encode(), value=str(len(violations)).encode())
         if self.producer is not None:
             self.producer.flush(30)
         return size

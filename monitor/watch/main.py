@@ -59,7 +59,8 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         from monitor.watch.state import StateError
 
         raise StateError(f"{cfg.checkpoint_dir()}: checker state of batch {runtime.state.batch_id} but no Spark "
-                         "checkpoint next to it; restore both, or move both away to start a new history")
+                         "checkpoint next to it; restore both, or rebuild the state from the evidence and the retained "
+                         "logs: `vigil state rebuild`")
     runtime.serve_metrics(registry)
     if cfg.watch.evidence.topic:
         from monitor import clients

@@ -80,6 +80,9 @@ class ProbeView:
     clock_latest_us: int = 0  # the newest ledger append time read
     clock_offset_us: int | None = None  # the prober's clock minus the brokers' (least recent delay)
     clock_skew: dict[str, float] = field(default_factory=dict)  # writer name -> its clock minus the brokers'
+    ledger_reachable: bool = True  # the ledger answered last round (metadata; every partition led, min ISR in sync)
+    ledger_back_us: int = 0  # brokers' time the ledger was last found answering again after it was away (0: never)
+    ledger_placement: str = "shared"  # "separate": the ledger on a cluster of its own (Config.ledger_placement)
 
     def broker_now_us(self, now: float) -> int:
         """The brokers' time now, from the prober's clock (its own clock before it read anything)."""
@@ -97,7 +100,7 @@ class Prober(threading.Thread):
         self.on_violations = on_violations
         self.on_round = on_round
         self.stop_event = stop
-        self.view = ProbeView()
+        self.view = ProbeView(ledger_placement=config.ledger_placement())
         self.lock = threading.Lock()
         w = config.watch
         self.judge = LivenessJudge(w.stall_threshold_s, w.lso_stuck_threshold_s, w.producer_stall_s)
@@ -167,6 +170,23 @@ class Prober(threading.Thread):
 
     # -- one round -------------------------------------------------------------------------
 
+    def _check_ledger(self, now: float) -> None:
+        """Whether the ledger takes entries: its metadata answers (librdkafka asks a broker, never
+        its cache), every partition has a leader and at least ``ledger.min_insync_replicas`` in
+        sync. A ledger that does not holds back every outcome its writers learn meanwhile, and each
+        writer's next intent (it sends nothing until that is durable)."""
+        try:
+            md = self.ledger.list_topics(self.cfg.ledger.topic, timeout=2).topics.get(self.cfg.ledger.topic)
+            reachable = (md is not None and md.error is None and bool(md.partitions)
+                         and all(part.leader >= 0 and len(part.isrs) >= self.cfg.ledger.min_insync_replicas
+                                 for part in md.partitions.values()))
+        except KafkaException:
+            reachable = False
+        with self.lock:
+            if reachable and not self.view.ledger_reachable:  # back: on the brokers' clock, as the waits are
+                self.view.ledger_back_us = self.clock.now_us(int(now * 1e6), True)
+            self.view.ledger_reachable = reachable
+
     def _read_ledger(self) -> None:
         deadline = time.monotonic() + 0.5
         skew: dict[str, float] = {}
@@ -215,8 +235,13 @@ class Prober(threading.Thread):
                     ends.acked_end = max(ends.acked_end, run.first_offset + run.count)
 
     def _broker_now(self, now: float) -> float:
-        """The brokers' time now; while the ledger is not read to its end, the newest append time read."""
+        """The brokers' time now; while the ledger is not read to its end, the newest append time read.
+        A ledger on a cluster of its own that is away takes no entries, so there is nothing left to
+        read: time goes on (else every liveness verdict on the canary's cluster, which is up, would
+        wait for the ledger's return)."""
         caught_up = bool(self.ledger_at_end) and all(self.ledger_at_end.values())
+        with self.lock:
+            caught_up = caught_up or (not self.view.ledger_reachable and self.view.ledger_placement == "separate")
         return self.clock.now_us(int(now * 1e6), caught_up) / 1e6
 
     def _end(self, iso: Any, p: int) -> int:
@@ -313,9 +338,19 @@ class Prober(threading.Thread):
         out = [] if self.view.missing_since else self._judge_partitions(now)
         pending = self.fold.oldest_pending_us()
         broker_now = self._broker_now(now)
+        # A ledger on a cluster of its own that is away holds every writer's outcomes in its queue:
+        # the waits are the ledger's (VigilLedgerUnavailable), not producer_stalled of the canary.
+        # They are not judged while it is away, and those that began before it came back count
+        # from its return. (A ledger on the canary's cluster away is the canary's cluster away.)
+        own = self.view.ledger_placement == "separate"
         for key, w in self.fold.writers.items():
             timeout_ms = w.settings.message_timeout_ms if w.settings is not None else 0
-            out += self.judge.producer(w.instance, (w.writer_id, w.inc), pending.get(key), broker_now, timeout_ms)
+            since = pending.get(key)
+            if own and since is not None and (w.instance, w.inc) not in self.judge.producers.since:
+                if not self.view.ledger_reachable:
+                    continue  # an episode counted before stays as it is
+                since = max(since, self.view.ledger_back_us)
+            out += self.judge.producer(w.instance, (w.writer_id, w.inc), since, broker_now, timeout_ms)
         with self.lock:
             self.view.open_stalls = self.judge.open_counts()
             self.view.open_episodes = self.judge.open_doc()
@@ -336,6 +371,7 @@ class Prober(threading.Thread):
                 self.error = f"metadata: {type(exc).__name__}: {exc}"
         if not self.view.partitions:
             return []
+        self._check_ledger(time.time() if now is None else now)
         self._read_ledger()
         self._poll_readers()
         self._list_ends()
@@ -349,7 +385,8 @@ class Prober(threading.Thread):
                              list(self.view.brokers), {p: replace(e) for p, e in self.view.ends.items()},
                              dict(self.view.open_stalls), self.view.rounds, dict(self.view.open_episodes),
                              self.view.list_offsets_failures, self.view.missing_since, self.view.clock_latest_us,
-                             self.view.clock_offset_us, dict(self.view.clock_skew))
+                             self.view.clock_offset_us, dict(self.view.clock_skew), self.view.ledger_reachable,
+                             self.view.ledger_back_us, self.view.ledger_placement)
 
     def run(self) -> None:
         self._open()

@@ -10,6 +10,7 @@ restarted by :mod:`monitor.watch.supervisor`; names and IDs come from
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import Counter
@@ -21,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from invariants.model import Settings, Violation
 from monitor import client_config, clients
 from monitor.config import Config
-from monitor.client_errors import ERRORS
+from monitor.client_errors import ERRORS, classify_java
 from monitor.metrics import ClientErrorsCollector, WatchCollector, WatchSnapshot
 from monitor.credentials import CredentialWatch
 from monitor.tls_expiry import CertificateExpiryCollector, CertificateWatch
@@ -48,13 +49,29 @@ class QueryStatus:
 class WatchRuntime:
     def __init__(self, cfg: Config, progress: Callable[[str], None] = lambda _m: None) -> None:
         self.cfg = cfg
-        self.progress = progress
+
+        def say(message: str) -> None:  # a full volume may hold stderr too: saying must not fail
+            try:
+                progress(message)
+            except OSError:
+                pass
+
+        self.progress = say
         self._served: CollectorRegistry | None = None  # the registry /metrics serves, once served
         self.settings = Settings(cfg.watch.settle_offsets, cfg.watch.horizon_offsets)
         self.dir = cfg.checkpoint_dir()
         self.lock = threading.RLock()
         self.watched = (cfg.canary.name,)
+        self.owner = state_store.own(self.dir)  # one monitor per state: `vigil state rebuild` waits for none
         self.state = self._load()
+        # counted in memory but not yet saved (the state's volume full): saved with the next save,
+        # and kept across a revert to the saved state
+        self.unsaved_liveness: list[Violation] = []
+        self.unsaved_restarts = 0
+        self.unsaved_rewinds: list[tuple[str, int, int, int]] = []  # high watermarks gone backwards
+        self.save_failures: Counter[str] = Counter()  # errno name -> saves that failed
+        self.save_error: str | None = None  # the last save's error, until one succeeds
+        self._said_save_error = 0.0
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
         self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
@@ -76,6 +93,25 @@ class WatchRuntime:
 
     def _load(self) -> state_store.WatchState:
         return state_store.load(self.dir, self.settings, self.watched)
+
+    def _revert(self) -> None:
+        """Back to the state saved last (a half-applied or unsaved batch dropped), with what was
+        counted since and not saved yet."""
+        self.state = self._load()
+        for v in self.unsaved_liveness:
+            self.state.liveness[(v.invariant, v.isolation)] += 1
+        self.state.restarts += self.unsaved_restarts
+        for tid, p, new, old in self.unsaved_rewinds:
+            self.state.checker.suspect(tid, p, new, old)
+
+    def _save_failed(self, exc: state_store.StateSaveError) -> None:
+        self.save_failures[exc.reason] += 1
+        now = time.monotonic()
+        if exc.reason != self.save_error or now - self._said_save_error >= 60:  # a line a minute at most
+            self._said_save_error = now
+            self.progress(f"checker state not saved: {exc}")
+        self.save_error = exc.reason
+        self.published = self._snapshot()
 
     def _evidence_producer(self) -> Any:
         """A producer for the optional evidence topic (created compacted by `vigil watch`)."""
@@ -112,8 +148,14 @@ class WatchRuntime:
                 for phase, secs in (("fetch", fetched - started), ("check", checked - fetched),
                                     ("persist", time.monotonic() - checked)):
                     self.batch_seconds[phase] += secs
+            except state_store.StateSaveError as exc:
+                # the batch fails (Spark has not committed it): the query is restarted with backoff
+                # and hands it again; /metrics keeps what was saved
+                self._revert()
+                self._save_failed(exc)
+                raise
             except BaseException:
-                self.state = self._load()  # drop the half-applied batch
+                self._revert()  # drop the half-applied batch
                 raise
             now = time.time()
             self.last_batch = now
@@ -147,6 +189,7 @@ class WatchRuntime:
             self._note_topic()
             for tid, p, new, old in rewinds:
                 self.state.checker.suspect(tid, p, new, old)
+                self.unsaved_rewinds.append((tid, p, new, old))  # the prober hands each once
         self.service_refetches()
 
     def service_refetches(self) -> None:
@@ -173,13 +216,21 @@ class WatchRuntime:
                 return
             with self.lock:
                 ck = self.state.checker
-                for w, by_iso in results:
-                    for iso, got in by_iso.items():
-                        if got.hi > got.lo:
-                            ck.apply_refetched(iso, w.topic_id, w.partition, got.reads, (got.lo, got.hi))
-                violations = ck.settle()
-                self.state.refetches += len(results)
-                self._persist(self.state.batch_id, violations)
+                try:
+                    for w, by_iso in results:
+                        for iso, got in by_iso.items():
+                            if got.hi > got.lo:
+                                ck.apply_refetched(iso, w.topic_id, w.partition, got.reads, (got.lo, got.hi))
+                    violations = ck.settle()
+                    self.state.refetches += len(results)
+                    self._persist(self.state.batch_id, violations)
+                except state_store.StateSaveError as exc:  # not saved: not applied (the ranges stay wanted)
+                    self._revert()
+                    self._save_failed(exc)
+                    return
+                except Exception:
+                    self._revert()  # half applied: dropped, the ranges stay wanted
+                    raise
                 self.published = self._snapshot()
         except Exception as exc:  # a broker away: the ranges stay wanted, the next round tries again
             self.progress(f"re-fetch failed: {type(exc).__name__}: {exc}")
@@ -190,16 +241,39 @@ class WatchRuntime:
         with self.lock:
             for v in violations:
                 self.state.liveness[(v.invariant, v.isolation)] += 1
-            self._persist(self.state.batch_id, violations)
+            try:
+                self._persist(self.state.batch_id, violations)
+            except state_store.StateSaveError as exc:  # counted, exported and evidenced once saved
+                self.unsaved_liveness.extend(violations)
+                self._save_failed(exc)
+                return
             self.published = self._snapshot()
 
     def _persist(self, batch_id: int, violations: list[Violation]) -> None:
+        """Write the evidence of ``violations`` (and of liveness counted but not saved yet), then
+        save the state; on failure the state in memory says the evidence written before."""
         st = self.state
         st.open_episodes = self.prober.snapshot().open_episodes
-        if violations:
-            st.evidence_bytes = self.evidence.write(batch_id, violations, st.evidence_bytes, st.incidents,
-                                                    self.topics.topic_name_of, self.topics.leader_of)
-        self.state_bytes = state_store.save(self.dir, st)
+        todo = self.unsaved_liveness + violations
+        before = st.evidence_bytes
+        if todo:
+            try:
+                st.evidence_bytes = self.evidence.write(batch_id, todo, before, st.incidents,
+                                                        self.topics.topic_name_of, self.topics.leader_of)
+            except OSError as exc:
+                raise state_store.StateSaveError(self.evidence.path, exc) from None
+        try:
+            self._save()
+        except state_store.StateSaveError:
+            st.evidence_bytes = before  # the lines written are cut off by the next write
+            raise
+
+    def _save(self) -> None:
+        self.state_bytes = state_store.save(self.dir, self.state)
+        self.unsaved_liveness.clear()
+        self.unsaved_restarts = 0
+        self.unsaved_rewinds.clear()
+        self.save_error = None
 
     # -- the supervisor's hooks ------------------------------------------------------------
 
@@ -207,21 +281,37 @@ class WatchRuntime:
         self.status = QueryStatus(True, None, time.time())
 
     def query_failed(self, error: str) -> None:
-        self.status = QueryStatus(False, error, 0.0)
+        self.status = QueryStatus(False, error[:500], 0.0)
+        refused = classify_java(error)
+        if refused is not None:  # Spark's source refused by the brokers: counted and said like any client's
+            ledger = self.cfg.ledger.kafka is not None and self.cfg.ledger.topic in error  # its own cluster's
+            settings = "ledger.kafka.security" if ledger else "kafka.security"
+            user = (self.cfg.ledger_kafka() if ledger else self.cfg.kafka).security.sasl_username
+            ERRORS.report_kind("spark", refused[0], refused[1], settings, user)
 
     def count_restart(self) -> None:
         with self.lock:
             self.state.restarts += 1
-            self.state_bytes = state_store.save(self.dir, self.state)
+            try:
+                self._persist(self.state.batch_id, [])  # with the evidence of liveness not saved yet
+            except state_store.StateSaveError as exc:  # counted once saved; the supervisor goes on
+                self.unsaved_restarts += 1
+                self._save_failed(exc)
+                return
             self.published = self._snapshot()
 
     # -- metrics ---------------------------------------------------------------------------
 
     def _snapshot(self) -> WatchSnapshot:
-        return build_snapshot(self.state, self.prober.snapshot(), unseen_after_s=self.cfg.watch.unseen_after_s,
+        st = self.state
+        if self.unsaved_liveness or self.unsaved_restarts:  # exported once saved: never more than a restart shows
+            st = copy.copy(st)
+            st.liveness = st.liveness - Counter((v.invariant, v.isolation) for v in self.unsaved_liveness)
+            st.restarts -= self.unsaved_restarts
+        return build_snapshot(st, self.prober.snapshot(), unseen_after_s=self.cfg.watch.unseen_after_s,
                               last_progress=self.last_progress, last_batch=self.last_batch,
                               up=self.status.running, state_bytes=self.state_bytes,
-                              batch_seconds=dict(self.batch_seconds))
+                              batch_seconds=dict(self.batch_seconds), save_failures=dict(self.save_failures))
 
     def refresh(self) -> None:
         """Recompute the gauges between batches (unseen grows while the query is stuck)."""
@@ -248,6 +338,8 @@ class WatchRuntime:
         """Readiness: the query runs and its last trigger is recent."""
         age = time.time() - self.last_batch
         limit = max(60.0, 10 * self.cfg.watch.trigger_ms / 1000)
+        if self.save_error:
+            return False, f"checker state not saved ({self.save_error})"
         if not self.status.running:
             return False, f"query not running ({self.status.last_error or 'starting'})"
         if age > limit:

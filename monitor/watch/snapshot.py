@@ -11,7 +11,8 @@ from monitor.watch.state import WatchState
 
 
 def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, last_progress: dict,
-                   last_batch: float, up: bool, state_bytes: int, batch_seconds: dict | None = None) -> WatchSnapshot:
+                   last_batch: float, up: bool, state_bytes: int, batch_seconds: dict | None = None,
+                   save_failures: dict | None = None) -> WatchSnapshot:
     ck = st.checker
     violations = dict(ck.counts)
     for (inv, iso), n in st.liveness.items():  # liveness is about availability, not what a setting allows
@@ -45,6 +46,8 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         refetches=st.refetches, old_log_reads=dict(ck.old_log_reads),
         list_offsets_failures=view.list_offsets_failures,
         topics=topic_states(ck, view.topic_id), clock_skew=dict(view.clock_skew),
+        save_failures=dict(save_failures or {}), ledger_reachable=int(view.ledger_reachable),
+        ledger_placement=view.ledger_placement,
     )
 
 

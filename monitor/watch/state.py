@@ -16,6 +16,8 @@ with a message naming both versions; version 1 (``vigil-state.pkl``, a pickle wr
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 from collections import Counter
@@ -34,6 +36,9 @@ STATE_FILE = "vigil-state.json"
 LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
 STATE_FORMAT = "vigil-watch-state"
 STATE_VERSION = 3
+# the recovery command, named by every error about a damaged state
+REBUILD_HINT = ("rebuild it with `vigil state rebuild` (its counts come back from the evidence, the rest from "
+                "reading the retained logs again; see docs/runbooks.md#a-damaged-checker-state)")
 
 
 @dataclass
@@ -110,32 +115,86 @@ def load(directory: Path, settings: Settings, watched: tuple[str, ...] = ()) -> 
     try:
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:  # a torn or foreign file must not be silently replaced
-        raise StateError(f"{path}: unreadable checker state ({exc}); move it away to start a new history") from None
+        raise StateError(f"{path}: unreadable checker state ({exc}); {REBUILD_HINT}") from None
     if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-        raise StateError(f"{path}: not a Vigil checker state; move it away to start a new history")
+        raise StateError(f"{path}: not a Vigil checker state; {REBUILD_HINT}")
     if doc.get("version") != STATE_VERSION:
         raise StateError(f"{path}: checker state version {doc.get('version')!r} cannot be read by this version "
                          f"(state version {STATE_VERSION}); move {directory} away to start a new history")
     try:
         return WatchState.from_doc(doc, settings, watched)
     except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"{path}: damaged checker state ({type(exc).__name__}: {exc}); move it away to start a "
-                         "new history") from None
+        raise StateError(f"{path}: damaged checker state ({type(exc).__name__}: {exc}); {REBUILD_HINT}") from None
+
+
+class StateSaveError(StateError):
+    """The state (or the evidence saved with it) could not be written: a full disk, a file-size
+    limit, a read-only volume. ``reason``: the errno's name (ENOSPC, EFBIG, EROFS, EIO, ...)."""
+
+    def __init__(self, what: Path, exc: OSError) -> None:
+        self.reason = errno.errorcode.get(exc.errno or 0, "EIO")
+        super().__init__(f"cannot save {what}: {exc.strerror or exc} ({self.reason}); nothing of this batch is "
+                         f"exported, and it is applied again once it can be saved: free space on (or lift the limit "
+                         f"of) the volume of {what.parent}. A damaged state is rebuilt with `vigil state rebuild`")
+
+
+LOCK_FILE = "vigil.lock"
+
+
+class Owner:
+    """This process's claim on a state directory (a POSIX lock on ``vigil.lock``, held while the
+    file stays open: released by the kernel when the process ends, however it ends)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def own(directory: Path, purpose: str = "a monitor") -> Owner:
+    """Claim ``directory`` for this process; raise if another process holds it."""
+    path = directory / LOCK_FILE
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StateError(f"cannot open {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StateError(f"{directory} is in use by another process (pid {holder}: a running `vigil watch` or "
+                         f"`vigil run`?); stop it first ({purpose} needs the checker state to itself)") from None
+    try:  # who holds it, for the message above; on a full volume the lock alone will do
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+    except OSError:
+        pass
+    return Owner(fd)
 
 
 def save(directory: Path, state: WatchState) -> int:
-    """Atomically replace the saved state; returns its size in bytes."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Atomically replace the saved state; returns its size in bytes. A failed write leaves the
+    state saved before intact (and no partial file behind) and raises :class:`StateSaveError`."""
     tmp = directory / (STATE_FILE + ".tmp")
     data = json.dumps(state.to_doc(), separators=(",", ":")).encode()
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / STATE_FILE)
-    dir_fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        directory.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / STATE_FILE)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)  # what was written of it only takes space
+        raise StateSaveError(directory / STATE_FILE, exc) from None
     return len(data)

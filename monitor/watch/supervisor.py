@@ -43,7 +43,7 @@ def supervise(rt: "WatchRuntime", start_query: Callable[[], Any], deadline: floa
                 rt.status.running = False
                 break
             exc = query.exception()
-            rt.query_failed(str(exc)[:500] if exc else "query stopped")
+            rt.query_failed(str(exc) if exc else "query stopped")  # whole: the cause may be deep in it
         else:
             rt.status.running = False
         rt.count_restart()

@@ -60,6 +60,7 @@ class ReadRecord:
     partition: int
     offset: int
     value: bytes
+    key: bytes | None = None
 
 
 def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 60.0) -> list[ReadRecord]:
@@ -90,7 +91,7 @@ def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 60.0) 
                             done.add(msg.partition())
                         continue
                     raise AssertionError(f"consume error: {msg.error()}")
-                out.append(ReadRecord(msg.partition(), msg.offset(), msg.value()))
+                out.append(ReadRecord(msg.partition(), msg.offset(), msg.value(), msg.key()))
         return out
     finally:
         consumer.close()

@@ -35,15 +35,32 @@ def test_chaos_heal_undoes_every_fault_a_run_can_leave_behind(cluster_ready):
     assert "nothing to undo" in again
 
 
+def killed_leaders_partitions(run_dir: Path, victim: int, fault_at_s: float) -> set[int]:
+    """The canary partitions ``victim`` led when it was killed (the run's timeline, sampled each second)."""
+    before = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    last = [r for r in before if r["t"] <= fault_at_s and r.get("leaders")][-1]
+    return {int(p) for p, leader in last["leaders"].items() if leader == victim}
+
+
 def test_s3_acks_all_with_the_leader_killed_keeps_the_promise_and_writes_its_report(cluster_ready, tmp_path):
     """S3 through `vigil chaos run`: kill -9 the leader under an acks=all idempotent writer, start
-    it again; zero violations, live == audit, the report's files written (about 2.5 min)."""
+    it again; no history violation, live == audit, the report's files written (about 2.5 min).
+    A leader killed stops its partitions' reads until another is elected — measured in CI at
+    18 s on a loaded machine (the controller fenced the dead broker only once it came back), more
+    than stall_threshold_s — so a stalled_poll is allowed there, and only there."""
     out = vigil(cluster_ready["config_path"], "chaos", "run", "S3", "--report", str(tmp_path), "--json",
                 "--metrics-port", "29480", timeout=600)
     (result,) = json.loads(out.stdout.strip().splitlines()[-1])
     verdict = result["verdict"]
     assert verdict["passed"] and verdict["promise_kept"] and verdict["live_equals_audit"], verdict
-    assert result["live"]["violations"] == {}
+    live = result["live"]["violations"]
+    assert {k for k in live if k.split("/")[0] in HISTORY} == set(), live
+    assert {k.split("/")[0] for k in live} <= {"stalled_poll"}, live
+    victim = result["steps"][0]["nodes"][0]
+    led = killed_leaders_partitions(tmp_path / "S3", victim, result["phases"]["faults"])
+    for line in (tmp_path / "S3" / "state" / "evidence.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        assert e["invariant"] != "stalled_poll" or e["partition"] in led, (e, led)
     assert [s["fault"] for s in result["steps"]] == ["kill", "start"]
     assert result["steps"][0]["nodes"] == result["steps"][1]["nodes"]  # the node killed is the one started
     assert sum(w["outcomes"]["acked"] for w in result["writers"]) > 5000

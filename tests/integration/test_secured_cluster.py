@@ -9,6 +9,8 @@ import secrets
 import subprocess
 import time
 import urllib.request
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,12 @@ from confluent_kafka.admin import (
 
 from monitor.cluster.access import canary_acls, up_for
 from monitor.cluster.local_cluster import LocalCluster
+from monitor.config import parse
+from monitor.drill_table import DRILL_KINDS
+from tests.drill_rows import drill_row
 from tests.integration.helpers import VIGIL, make_config, vigil_json
 from tests.integration.watch_helpers import (
-    Background, audit_counts, final_counts, metrics_up, nonzero, sample, scrape, wait_for,
+    Background, audit_counts, final_counts, metrics_up, nonzero, sample, scrape, violations, wait_for,
 )
 
 ISOS = ("read_committed", "read_uncommitted")
@@ -65,8 +70,11 @@ def test_the_canary_principal_may_use_its_topics_and_nothing_else(secured):
         created["not-vigils"].result()
     # without credentials the client listener answers nothing at all
     plain = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "socket.timeout.ms": 3000})
-    with pytest.raises(Exception):
-        plain.list_topics(timeout=5)
+    try:
+        with pytest.raises(Exception):
+            plain.list_topics(timeout=5)
+    finally:
+        del plain  # a client left alive reconnects (and logs it) every second for the rest of the session
 
 
 def acked_writes(port: int) -> float:
@@ -113,6 +121,7 @@ def test_a_clean_run_on_the_secured_cluster_checks_both_readers_and_never_shows_
         # failed (never acknowledged, so nothing is lost), said once and counted
         write_acl = [b for b in canary_acls(cfg) if b.name == cfg.canary.name and b.operation == AclOperation.WRITE]
         admin = AdminClient(cluster.admin_conf())
+        revoked_at = time.time()
         for f in admin.delete_acls([AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
                                                      b.operation, b.permission_type) for b in write_acl]).values():
             assert len(f.result()) == 1
@@ -120,6 +129,7 @@ def test_a_clean_run_on_the_secured_cluster_checks_both_readers_and_never_shows_
                                  kind="authorization") or 0) > 0, 60, "the refused writes counted", show=run.tail)
         for f in admin.create_acls(write_acl).values():
             f.result()
+        restored_at = time.time()
         acked = acked_writes(port)
         wait_for(lambda: acked_writes(port) > acked + 300, 60, "writes acknowledged again", show=run.tail)
 
@@ -142,6 +152,9 @@ def test_a_clean_run_on_the_secured_cluster_checks_both_readers_and_never_shows_
             60, "writing and checking going on with the rotated password", show=run.tail)
         assert (sample(port, "vigil_client_errors_total", client="writer-idempotent", kind="authentication")
                 or 0) == refused  # no writer connection refused any more
+        # Spark's Java consumer still held the old password: its re-authentication was refused, which
+        # ended the query (restarted with the new one) — counted and said under client "spark"
+        assert (sample(port, "vigil_client_errors_total", client="spark", kind="authentication") or 0) >= 1, run.tail()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             scrapes.append(resp.read().decode())
         assert scrape(port)  # parses
@@ -149,11 +162,29 @@ def test_a_clean_run_on_the_secured_cluster_checks_both_readers_and_never_shows_
         assert run.stop() == 0, run.tail()
     summary = run.stdout_json()
     assert all(summary["checker"]["records_checked"][iso] > 1000 for iso in ISOS), summary["checker"]
-    assert nonzero(final_counts(run)) == {}
+    # The Write ACL taken away may catch a transaction with a record already in one partition's log
+    # and the rest refused, or held back while the topic's metadata says it is not allowed: its
+    # abort waits for those (up to the writer's message.timeout.ms) and that partition's LSO stays
+    # held meanwhile — a hanging transaction by lso_stuck's definition (the canary's transaction
+    # outlasted the threshold), seen at most once per partition, only in that window, and counted
+    # by the audit alike (checked below). Nothing else may be counted.
+    lso = ("lso_stuck", "read_committed")
+    counts = nonzero(final_counts(run))
+    assert set(counts) <= {lso} and counts.get(lso, 0) <= 3, counts
+    if counts:
+        hangs = [json.loads(line) for line in cfg.evidence_path().read_text().splitlines()]
+        hangs = [h for h in hangs if h["invariant"] == "lso_stuck"]
+        assert max(Counter(h["partition"] for h in hangs).values()) == 1, hangs
+        hung_at = [datetime.fromisoformat(h["detected_at"].replace("Z", "+00:00")).timestamp() for h in hangs]
+        # detected at most message.timeout.ms (30 s) plus the threshold (6 s) after the ACL was back
+        assert len(hung_at) == counts[lso] and all(revoked_at < t < restored_at + 30 + 6 + 10 for t in hung_at), (
+            hung_at, revoked_at, restored_at)
     said = [line for line in run.err.read_text().splitlines() if line.startswith("vigil: writer-idempotent: ")]
     assert said and "an ACL does not allow this to 'vigil-canary'" in said[0] and "Topic authorization failed" in said[0]
+    said = [line for line in run.err.read_text().splitlines() if line.startswith("vigil: spark: ")]
+    assert said and "refused the credentials of 'vigil-canary'" in said[0] and "SaslAuthenticationException" in said[0]
     report = vigil_json(path, "audit")
-    assert nonzero(audit_counts(report)) == {} and report["undecided"] == 0
+    assert nonzero(audit_counts(report)) == counts and report["undecided"] == 0, (audit_counts(report), counts)
     shown = subprocess.run(VIGIL + ["config", "show", "--config", str(path)], capture_output=True, text=True)
     assert shown.returncode == 0 and "sasl_password" in shown.stdout
     # the secret appears nowhere Vigil writes or prints: outputs, metrics, evidence, state,
@@ -166,6 +197,45 @@ def test_a_clean_run_on_the_secured_cluster_checks_both_readers_and_never_shows_
             texts[str(f)] = f.read_bytes().decode(errors="replace")
     leaked = sorted(name for name, text in texts.items() if PASSWORD in text or ROTATED in text)
     assert leaked == [], leaked
+
+
+def test_every_drill_on_the_secured_cluster_is_found_live_and_by_the_audit(secured, tmp_path):
+    """Every drill kind authenticates from the one config and writes under the canary principal's
+    ACLs (its own topics, the `vigil-` transactional ids); the running monitor counts exactly each
+    drill's row, and the audit the same history. Its own topics, so the clean run stays clean."""
+    data = yaml.safe_load(secured["path"].read_text())
+    data.update(canary={"name": "sec-drills"}, ledger={"topic": "sec-drills-ledger", "checkpoint_interval_s": 5},
+                metrics={"port": 29493}, state_dir=str(tmp_path / "state"), instance_id="it-drills",
+                writers=[{"name": "idempotent", "rate": 20}])
+    path = tmp_path / "drills.yaml"
+    path.write_text(yaml.safe_dump(data))
+    up_for(parse(data, str(path)))  # the principal granted the new topics as well
+    port = 29493
+    run = Background(path, "run", "--json", name="drills")
+    total: Counter = Counter()
+    try:
+        wait_for(lambda: metrics_up(port), 180, "the first batch", show=run.tail)
+        for kind in DRILL_KINDS:
+            before = violations(port)
+            args = ["drill", kind, "--count", "1", "--partition", "1"]
+            if kind == "lso_stuck":
+                args += ["--hold", "16"]  # well past the 6 s threshold (see the plain cluster's drills test)
+            report = vigil_json(path, *args)
+            want = drill_row(kind, 1)
+            assert {(e["invariant"], e["isolation"]): e["count"] for e in report["expected"]} == want
+
+            def moved():
+                now = violations(port)
+                return nonzero({k: now[k] - before.get(k, 0) for k in now})
+
+            wait_for(lambda: moved() == want, 30, f"{kind}: {want}", show=moved)
+            total.update(want)
+    finally:
+        assert run.stop() == 0, run.tail()
+    assert nonzero(final_counts(run)) == dict(total)
+    assert set(k for k, _iso in total) >= {"lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch",
+                                           "aborted_read", "partial_txn", "outcome_gap", "lso_stuck"}
+    assert nonzero(audit_counts(vigil_json(path, "audit"))) == dict(total)
 
 
 def test_a_wrong_password_is_one_clear_line_and_a_metric_and_the_monitor_waits_for_it(secured, tmp_path):

@@ -8,16 +8,22 @@ from collections import Counter
 
 import yaml
 
+from monitor.chaos.heal import lift_file_size_limit, limit_file_size
 from monitor.drill_table import DRILL_KINDS
 from tests.drill_rows import drill_row
-from tests.integration.helpers import read_all, vigil_json
+from tests.integration.helpers import read_all, vigil, vigil_json
 from tests.integration.watch_helpers import (
     DASHBOARD, RULES, Background, Prometheus, audit_counts, expected_checked, live_history, metrics_up, nonzero,
     sample, violations, wait_for, watch_config,
 )
 
 
-def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record(cluster_ready, tmp_path):
+def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record_through_a_full_disk(
+        cluster_ready, tmp_path):
+    """A clean `vigil run` whose own volume fills up for a while (a file-size limit on the monitor's
+    process: its state and evidence writes fail with EFBIG, as with ENOSPC): one clear error line,
+    a metric, /metrics answering with what was saved, no crash; once space is back every batch is
+    applied again — every acked record checked exactly once, nothing counted twice."""
     cfg, path = watch_config(cluster_ready, tmp_path, "clean", 29471)
     run = Background(path, "run", "--duration", "120", "--json", name="run")
     port = cfg.metrics.port
@@ -25,7 +31,30 @@ def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record(cl
     wait_for(lambda: (sample(port, "vigil_aborted_records_read_total", isolation="read_uncommitted") or 0) > 0,
              90, "aborted records seen by read_uncommitted")
     assert nonzero(violations(port)) == {}
+    # the volume fills: any write past half the state's size fails; the run's log stays writable
+    # (with room for the Spark JVM, not limited, to log each failed query's stack trace into it)
+    state_bytes = wait_for(lambda: (b := sample(port, "vigil_state_bytes") or 0) > 2 * (run.err.stat().st_size + 2**19)
+                           and b, 60, "a state larger than the run's log")
+    limit_file_size(run.proc.pid, int(state_bytes // 2))
+    failures = wait_for(lambda: sample(port, "vigil_state_save_failures_total", reason="EFBIG"), 30,
+                        "a failed save on /metrics")
+    frozen = sample(port, "vigil_records_checked_total", isolation="read_uncommitted")
+    status = vigil(path, "status", "--json", check=False, timeout=60)  # what an operator asks first
+    assert status.returncode == 1, status.stderr
+    told = json.loads(status.stdout)
+    assert told["answering"] and not told["ready"] and told["reason"] == "checker state not saved (EFBIG)"
+    assert told["state_save_failures"]["EFBIG"] >= 1 and told["violations"] == {}
+    time.sleep(10)
+    assert sample(port, "vigil_records_checked_total", isolation="read_uncommitted") == frozen  # nothing unsaved shown
+    assert (sample(port, "vigil_state_save_failures_total", reason="EFBIG") or 0) >= failures
+    lift_file_size_limit(run.proc.pid)
+    wait_for(lambda: (sample(port, "vigil_records_checked_total", isolation="read_uncommitted") or 0) > frozen, 90,
+             "checking again once space is back")
+    assert wait_for(lambda: vigil(path, "status", check=False, timeout=60).returncode == 0, 60, "ready again")
+    assert nonzero(violations(port)) == {}
     assert run.wait(400) == 0, run.tail()
+    err = run.err.read_text()
+    assert "checker state not saved: cannot save" in err and "File too large (EFBIG)" in err, run.tail()
     summary = run.stdout_json()["checker"]
     expected = expected_checked(cfg)
     assert expected["read_committed"] < expected["read_uncommitted"]  # aborted transactions exist
@@ -137,6 +166,8 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
         time.sleep(5)
         assert violations(port) == want
         live = live_history(port)
+        checked = {iso: sample(port, "vigil_records_checked_total", isolation=iso)
+                   for iso in ("read_committed", "read_uncommitted")}
     finally:
         watch.stop()
         writer.stop()
@@ -149,4 +180,29 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
         return r["batch_id"], r["index"], r["invariant"], r["isolation"], r["partition"], r["seq"]
 
     assert len(lines) == sum(want.values())
-    assert {ident(r.value) for r in records} == {ident(line) for line in lines}
+    ends = [r for r in records if r.key and r.key.endswith(b":end")]  # one per write: how many lines
+    assert ends and sum(int(r.value) for r in ends) >= len(lines)
+    assert {ident(r.value) for r in records if r not in ends} == {ident(line) for line in lines}
+
+    # the state torn (a crash on a failing disk) and the evidence file gone with it: a clear refusal
+    # naming the recovery command; `vigil state rebuild --from topic` counts the evidence topic's
+    # violations, and the watch reads the retained logs again from their start without counting twice
+    state_file = cfg.checkpoint_dir() / "vigil-state.json"
+    state_file.write_bytes(state_file.read_bytes()[:200])
+    refused = vigil(path, "watch", check=False, timeout=180)
+    assert refused.returncode == 2 and "vigil state rebuild" in refused.stderr, refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    cfg.evidence_path().unlink()
+    report = vigil_json(path, "state", "rebuild", "--from", "topic")
+    assert sum(report["violations"].values()) == sum(want.values()) and report["starting_offsets"] == "earliest"
+    watch = Background(path, "watch", name="watch3")
+    try:
+        assert wait_for(lambda: violations(port), 90, "/metrics after the rebuild") == want
+        wait_for(lambda: all(sample(port, "vigil_records_checked_total", isolation=iso) == n
+                             for iso, n in checked.items()), 180, "the retained logs read again",
+                 show=lambda: [sample(port, "vigil_records_checked_total", isolation=iso) for iso in checked])
+        time.sleep(3)
+        assert violations(port) == want  # every violation found again, none counted twice
+    finally:
+        watch.stop()
+    assert len(cfg.evidence_path().read_text().splitlines()) == sum(want.values())

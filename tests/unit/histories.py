@@ -432,22 +432,30 @@ def restart(checker: Checker, settings: Settings) -> Checker:
 
 
 def run_live(h: History, settings: Settings, rng: random.Random, restart_p: float = 0.2,
-             order: str = "random") -> Checker:
+             order: str = "random", checker: Checker | None = None, found: list | None = None,
+             batches: int | None = None) -> Checker:
     """Feed the history in random micro-batches, restarting the checker from its saved document at
     random boundaries.
 
     ``order``: ``random`` interleaves ledger and reads; ``ledger_first`` / ``reads_first``
     deliver all of one before any of the other (outcomes known early / arriving late).
+    ``checker``: start from this one (default: a new one); ``found``: collects every violation
+    reported, as the watch's evidence does; ``batches``: stop after that many (the rest unread).
     """
+    found = [] if found is None else found
     streams: list[tuple[str, Any, list]] = [("ledger", None, list(h.ledger))]
     for iso in (RC, RU):
         for p in range(h.partitions):
             streams.append(("reads", (iso, p), h.reads(iso, p)))
-    checker = Checker(settings)
+    checker = Checker(settings) if checker is None else checker
     if order != "random":
         first = [s for s in streams if (s[0] == "ledger") == (order == "ledger_first")]
         streams = first + [s for s in streams if s not in first]
+    done = 0
     while any(s[2] for s in streams):
+        if batches is not None and done >= batches:
+            return checker
+        done += 1
         live = [s for s in streams if s[2]]
         batch = rng.sample(live, len(live)) if order == "random" else live[:1]
         for kind, key, items in batch:
@@ -459,17 +467,17 @@ def run_live(h: History, settings: Settings, rng: random.Random, restart_p: floa
                 checker.apply_ledger(chunk)
             else:
                 checker.apply_reads(key[0], TOPIC, key[1], chunk)
-        checker.settle()
+        found.extend(checker.settle())
         if rng.random() < 0.5:  # the runtime answers re-fetch requests after some batches
-            answer_refetches(checker, h.reads, rounds=1)
+            answer_refetches(checker, h.reads, rounds=1, found=found)
         if rng.random() < restart_p:
             checker = restart(checker, settings)
-    checker.settle()
-    answer_refetches(checker, h.reads)
+    found.extend(checker.settle())
+    answer_refetches(checker, h.reads, found=found)
     return checker
 
 
-def answer_refetches(ck: Checker, log: Any, rounds: int = 5) -> None:
+def answer_refetches(ck: Checker, log: Any, rounds: int = 5, found: list | None = None) -> None:
     """What the runtime does: read again, directly, what the checker asks for (here: from ``log(iso, p)``)."""
     for _ in range(rounds):
         wanted = ck.refetch_wanted()
@@ -479,7 +487,9 @@ def answer_refetches(ck: Checker, log: Any, rounds: int = 5) -> None:
             for iso in (RC, RU):
                 reads = [r for r in log(iso, w.partition) if w.lo <= r.offset < w.hi]
                 ck.apply_reads(iso, w.topic_id, w.partition, reads, covered=(w.lo, w.hi))
-        ck.settle()
+        new = ck.settle()
+        if found is not None:
+            found.extend(new)
 
 
 def audit_input(h: History) -> dict:

@@ -57,3 +57,25 @@ def test_every_client_reports_under_its_name_and_the_ledgers_settings_are_named_
     registry.register(ClientErrorsCollector(errors.snapshot))
     text = generate_latest(registry).decode()
     assert 'vigil_client_errors_total{client="ledger",kind="authentication"} 1.0' in text
+
+
+def test_a_spark_query_ended_by_a_refusal_is_counted_under_spark_with_the_java_line():
+    from monitor.client_errors import classify_java
+
+    text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted due to stage failure\n"
+            "Caused by: org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed during "
+            "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512\n\tat org.apache.kafka...")
+    kind, line = classify_java(text)
+    assert kind == "authentication"
+    assert line.startswith("org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed")
+    assert classify_java("x org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized")[0] == \
+        "authorization"
+    assert classify_java("Caused by: org.apache.kafka.common.errors.SslAuthenticationException: SSL handshake")[0] == \
+        "tls"
+    assert classify_java("org.apache.kafka.common.errors.TimeoutException: Timed out waiting") is None
+    said = []
+    errors = ClientErrors(said.append)
+    errors.report_kind("spark", kind, line, "kafka.security", "vigil-canary", now=0.0)
+    errors.report_kind("spark", kind, line, "kafka.security", "vigil-canary", now=1.0)
+    assert errors.snapshot() == {("spark", "authentication"): 2} and len(said) == 1
+    assert said[0].startswith("vigil: spark: the brokers refused the credentials of 'vigil-canary'")

@@ -216,6 +216,17 @@ def test_overlay_renders_and_validates(overlay):
     from monitor.config import expand_env
 
     parse(expand_env(vigil_yaml))  # the shipped config is a valid Vigil config
+    security = vigil_yaml.get("kafka", {}).get("security", {})
+    assert bool(security.get("sasl_password_file")) == (overlay == "sasl-tls")
+    if security.get("sasl_password_file"):  # a rotated password reaches the running pods as a file
+        directory = str(Path(security["sasl_password_file"]).parent)
+        for d in docs:
+            if d["kind"] in ("StatefulSet", "Deployment"):
+                pod = d["spec"]["template"]["spec"]
+                (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == directory]
+                assert "subPath" not in mount and mount["readOnly"]  # subPath mounts are never updated
+                (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+                assert volume["secret"]["secretName"] == "vigil-kafka", d["metadata"]["name"]
     assert all(d["kind"] == "StatefulSet" for d in docs if d["metadata"]["name"].startswith("vigil-canary")
                and d["kind"] in ("StatefulSet", "Deployment"))
 

@@ -1,12 +1,16 @@
 """The ledger writer (numbering, run encoding) and the audit's whole-history reading of it."""
 
+import time
+
+import pytest
+
 from invariants.ledger_format import (
     Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange,
     WriterRef, decode, encode,
 )
 from invariants.model import TxnKey, WriteKey
 from monitor.audit.book import LedgerBook
-from monitor.ledger import Delivery, LedgerWriter, encode_runs
+from monitor.ledger import Delivery, LedgerError, LedgerWriter, encode_runs
 from tests.unit.fakes import FakeProducer
 
 A, F, I = WriteOutcome.ACKED, WriteOutcome.FAILED, WriteOutcome.INDETERMINATE
@@ -105,3 +109,63 @@ def test_outcome_runs_record_offsets_only_for_acked_writes():
     book = LedgerBook()
     book.apply(_entry(0, Outcomes("T", (OutcomeRun(0, 0, 2, A, 40, 1, 2), OutcomeRun(0, 2, 1, I, -1, 1, 2, "x")))))
     assert [book.writes[WriteKey("T", 0, 1, 1, s)].offset for s in range(3)] == [40, 41, -1]
+
+
+def test_the_wait_for_a_durable_entry_is_measured_while_it_lasts():
+    """A ledger that does not take the entry: the writer waits (and sends nothing meanwhile); the
+    wait shows from its first second, and is 0 again once the entry is durable."""
+    import threading
+
+    seen = []
+
+    class SlowProducer:
+        def __init__(self) -> None:
+            self.rounds = 3
+
+        def produce(self, *_a, **_kw) -> None:
+            pass
+
+        def poll(self, _t) -> int:
+            return 0
+
+        def flush(self, _t) -> int:
+            seen.append(ledger.waiting_s())
+            if self.rounds:
+                self.rounds -= 1
+                time.sleep(0.05)
+                return 1
+            return 0
+
+    ledger = LedgerWriter(SlowProducer(), "L", "w", 7, 1)
+    assert ledger.waiting_s() == 0
+    ledger.append(Stop(), sync=True)
+    assert seen[0] == 0 and seen[-1] > 0.1  # measured from the start of the wait
+    assert ledger.waiting_s() == 0
+    stop = threading.Event()
+    stop.set()
+    slow = SlowProducer()
+    ledger.producer = slow
+    with pytest.raises(LedgerError):
+        ledger.sync(stop)
+    assert ledger.waiting_s() == 0
+
+
+def test_a_wait_with_a_deadline_ends_with_an_error_naming_what_was_not_taken():
+    """A stopping writer does not wait forever for a ledger that is away."""
+
+    class Away:
+        def produce(self, *_a, **_kw) -> None:
+            pass
+
+        def poll(self, _t) -> int:
+            return 0
+
+        def flush(self, _t) -> int:
+            time.sleep(0.05)
+            return 2
+
+    ledger = LedgerWriter(Away(), "L", "w", 7, 1)
+    started = time.monotonic()
+    with pytest.raises(LedgerError, match="did not take 2 entries within 0 s"):
+        ledger.sync(timeout_s=0.2)
+    assert 0.2 <= time.monotonic() - started < 1 and ledger.waiting_s() == 0

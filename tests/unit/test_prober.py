@@ -10,7 +10,7 @@ from invariants.ledger_format import (
     Init, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, TxnInfo, WriteOutcome, WriteRange, WriterRef,
     WriterSettings, encode,
 )
-from invariants.model import RU
+from invariants.model import NONE, RU
 from monitor.config import parse
 from monitor.watch.prober import PartitionEnds, Prober
 
@@ -119,6 +119,111 @@ def test_the_producer_stall_threshold_sits_above_the_writers_message_timeout():
     assert producer_stalls(prober, t0 / 1000 + 34) == []  # configured 10 s, but the client may take 30 s
     assert producer_stalls(prober, t0 / 1000 + 34.5) == []
     assert len(producer_stalls(prober, t0 / 1000 + 35.5) + producer_stalls(prober, t0 / 1000 + 36)) == 1
+
+
+class Partition:
+    def __init__(self, leader: int, isrs: int = 2) -> None:
+        self.leader = leader
+        self.isrs = list(range(isrs))
+
+
+class LedgerMetadata:
+    """What list_topics answers for the ledger topic: its partitions' (leader, in-sync replicas),
+    or no answer."""
+
+    def __init__(self, parts: list[tuple[int, int]] | None) -> None:
+        self.parts = parts
+
+    def list_topics(self, topic: str, timeout: float):
+        from types import SimpleNamespace
+
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.parts is None:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        parts = {i: Partition(leader, isrs) for i, (leader, isrs) in enumerate(self.parts)}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=parts)})
+
+
+UP, AWAY = LedgerMetadata([(1, 2), (2, 2), (0, 2)]), LedgerMetadata(None)
+T0 = 1_700_000_000_000  # the brokers' time of the intent, in ms
+
+
+def ledger_prober(placement: str):
+    """A writer with one write waiting for its outcome since T0; threshold 10 s."""
+    extra = {"kafka": {"bootstrap_servers": "127.0.0.1:1"}} if placement == "separate" else {}
+    prober = Prober(parse({"watch": {"producer_stall_s": 10}, "ledger": extra}), lambda _v: None, threading.Event())
+    prober.view.topic_id, prober.view.partitions = "T", 1
+    prober.ledger = FakeLedger([entry(0, Start("vigil-canary", "T", 1, WriterSettings("w", message_timeout_ms=1000))),
+                                entry(1, Intent("T", (WriteRange(0, 0, 1),)))], [T0, T0], eof=True)
+    prober.ledger_at_end = {0: False}
+    prober.readers = {}
+    prober._read_ledger()
+    prober.clock.offsets.clear()
+    prober.clock.observe(T0 * 1000, T0 * 1000)
+    assert prober.snapshot().ledger_placement == placement
+    return prober
+
+
+def look(prober, metadata, at_s: float) -> None:
+    fold = prober.ledger
+    prober.ledger = metadata
+    prober._check_ledger(T0 / 1000 + at_s)
+    prober.ledger = fold
+
+
+def stalls_at(prober, *at_s: float) -> int:
+    return sum(len(producer_stalls(prober, T0 / 1000 + t)) for t in at_s)
+
+
+def test_the_ledger_is_away_without_an_answer_a_leader_or_its_min_isr():
+    prober = ledger_prober("separate")
+    look(prober, UP, 1)
+    assert prober.snapshot().ledger_reachable
+    for metadata in (AWAY, LedgerMetadata([(1, 2), (-1, 0), (0, 2)]), LedgerMetadata([(1, 2), (2, 1), (0, 2)])):
+        look(prober, UP, 2)
+        look(prober, metadata, 3)
+        assert not prober.snapshot().ledger_reachable
+    look(prober, UP, 20)
+    assert prober.snapshot().ledger_reachable and prober.snapshot().ledger_back_us == (T0 / 1000 + 20) * 1e6
+
+
+def test_a_wait_for_a_ledger_of_its_own_that_is_away_is_the_ledgers_then_counts_from_its_return():
+    """The ledger's own cluster does not answer: the writer's outcome (it may have been
+    acknowledged at once) sits in its queue, so the wait is the ledger's — not judged while it is
+    away, and counted from its return: a wait still there a threshold later is a stall."""
+    prober = ledger_prober("separate")
+    look(prober, AWAY, 5)
+    assert stalls_at(prober, 12, 19) == 0  # away: not judged
+    look(prober, UP, 20)
+    assert stalls_at(prober, 25, 29.5) == 0  # measured from the return
+    assert stalls_at(prober, 30.5, 31) == 1
+    # on the canary's own cluster a ledger away is the canary's cluster away: judged as always
+    shared = ledger_prober("shared")
+    look(shared, AWAY, 5)
+    assert stalls_at(shared, 12, 13) == 1
+
+
+def test_time_goes_on_while_a_ledger_of_its_own_is_away_though_the_prober_had_not_read_to_its_end():
+    """The ledger stopped while entries were arriving (no end-of-partition seen since): what the
+    canary's cluster does meanwhile is still judged on time, by the prober's clock as last
+    corrected. A ledger on the canary's cluster that is away is that cluster away: time waits."""
+    for placement, moves in (("separate", True), ("shared", False)):
+        prober = ledger_prober(placement)
+        prober.ledger_at_end = {0: False}
+        assert prober._broker_now(T0 / 1000 + 30) == T0 / 1000  # lagging: the newest append time read
+        look(prober, AWAY, 5)
+        assert prober._broker_now(T0 / 1000 + 30) == (T0 / 1000 + 30 if moves else T0 / 1000), placement
+
+
+def test_a_stall_counted_before_the_ledger_went_away_stays_open_and_is_not_counted_again():
+    prober = ledger_prober("separate")
+    assert stalls_at(prober, 11, 12) == 1
+    look(prober, AWAY, 13)
+    assert stalls_at(prober, 14, 40) == 0
+    assert prober.snapshot().open_stalls[(Invariant.PRODUCER_STALLED, NONE)] == 1
+    look(prober, UP, 41)
+    assert stalls_at(prober, 42, 60) == 0
 
 
 def test_a_writer_stuck_initialising_its_producer_is_stalled():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import subprocess
+import os
 import random
 
 import pytest
@@ -92,3 +95,21 @@ def test_a_query_that_stopped_half_way_a_bad_exit_or_violations_found_while_drai
     assert any("exited with 1" in f for f in judge(series(20), 300, FIGURES, {}, exit_code=1)["failures"])
     drained = judge(series(20), 300, FIGURES, {}, drained={"duplicate/read_committed": 1})
     assert drained["violations"] == {"duplicate/read_committed": 1} and not drained["ok"]
+
+
+def test_the_process_tree_is_split_by_kind_and_the_chart_draws_each(tmp_path):
+    from monitor.soak import Sample, chart, process_tree
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        by_kind: dict = {}
+        counts: dict = {}
+        rss, _fds, _threads = process_tree(os.getpid(), by_kind, counts)
+        assert counts.get("python_workers", 0) >= 1 and counts["driver"] == 1  # the child: a Python process
+        assert rss == sum(by_kind.values()) and by_kind["driver"] > 0
+    finally:
+        child.kill()
+        child.wait()
+    samples = [Sample(60.0 * i, 2**30, 1, 1, 10, 10, 1000.0 * i, 0, {"driver": 2**29, "jvm": 2**29}, i % 2)
+               for i in range(6)]
+    assert chart(samples, 60, tmp_path / "soak.png").stat().st_size > 10_000

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -11,6 +16,7 @@ from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import (
     Intent, LedgerEntry, OutcomeRun, Outcomes, WriteOutcome, WriteRange, WriterRef, encode,
 )
+from invariants.model import Durability, Violation
 from monitor import record_format
 from monitor.config import parse
 from monitor.watch import state as state_store
@@ -61,6 +67,11 @@ def batch_with_lost_write(first_seq: int, count: int, lie_seq: int) -> Df:
 
 @pytest.fixture
 def runtime(tmp_path, monkeypatch):
+    return runtime_maker(tmp_path, monkeypatch)
+
+
+def runtime_maker(tmp_path, monkeypatch):
+    """Makes runtimes on one state directory (each a monitor (re)started there)."""
     cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
 
     def make() -> WatchRuntime:
@@ -203,3 +214,147 @@ def test_the_evidence_log_exists_from_the_start_and_a_restart_keeps_what_it_hold
     path.write_bytes(b'{"kept": true}\n')
     runtime()
     assert path.read_bytes() == b'{"kept": true}\n'
+
+
+def full_disk(monkeypatch, code: int = errno.ENOSPC) -> None:
+    """The state's volume full: every save of the state fails with ``code``."""
+    def fail(*_a, **_k):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(state_store.os, "replace", fail)
+
+
+def stall(partition: int) -> Violation:
+    return Violation(Invariant.STALLED_POLL, Isolation.READ_COMMITTED, TID, partition, (5, 9))
+
+
+def test_a_full_disk_fails_the_batch_with_a_clear_error_and_nothing_is_lost_or_counted_twice(runtime, monkeypatch):
+    rt = runtime()
+    rt.status.running = True
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    assert lost(rt) == [1, 1] and rt.ready()[0]
+    with monkeypatch.context() as m:
+        full_disk(m)
+        with pytest.raises(state_store.StateSaveError) as err:
+            rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)
+        message = str(err.value)
+        assert "No space left on device (ENOSPC)" in message and state_store.STATE_FILE in message
+        assert "nothing of this batch is exported" in message and "vigil state rebuild" in message
+        assert lost(rt) == [1, 1]  # /metrics keeps what was saved
+        assert rt.published.save_failures == {"ENOSPC": 1}
+        assert rt.ready() == (False, "checker state not saved (ENOSPC)")
+        assert not (rt.dir / (state_store.STATE_FILE + ".tmp")).exists()  # no partial file takes space
+        rt.record_liveness([stall(0)])  # the prober between batches: counted, not yet exported
+        rt.count_restart()  # the supervisor restarts the query: it must not die of the full disk
+        assert rt.published.save_failures == {"ENOSPC": 3}
+        rt.refresh()  # the gauges recomputed between batches: what is not saved is still not exported
+        stalls = (Invariant.STALLED_POLL, Isolation.READ_COMMITTED, Durability.GUARANTEED)
+        assert rt.published.violations.get(stalls, 0) == 0 and rt.published.restarts == 0
+        with pytest.raises(state_store.StateSaveError):
+            rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)  # handed again, still full
+    rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)  # space again: handed again, saved
+    assert lost(rt) == [2, 2] and rt.ready()[0]
+    assert rt.published.violations[(Invariant.STALLED_POLL, Isolation.READ_COMMITTED, Durability.GUARANTEED)] == 1
+    assert rt.published.restarts == 1
+    lines = [json.loads(x) for x in rt.evidence.path.read_text().splitlines()]
+    assert sorted(x["invariant"] for x in lines) == ["lost_write"] * 4 + ["stalled_poll"]  # each once
+    again = runtime()  # and a restart finds it all saved
+    assert lost(again) == [2, 2] and again.published.restarts == 1
+    assert again.published.violations[(Invariant.STALLED_POLL, Isolation.READ_COMMITTED, Durability.GUARANTEED)] == 1
+
+
+def test_evidence_that_cannot_be_written_is_a_failed_save_too(runtime, monkeypatch):
+    rt = runtime()
+    with monkeypatch.context() as m:
+        m.setattr(rt.evidence, "write", lambda *_a, **_k: (_ for _ in ()).throw(OSError(errno.EFBIG, "File too large")))
+        with pytest.raises(state_store.StateSaveError, match=r"evidence\.jsonl: File too large \(EFBIG\)"):
+            rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    assert rt.published.save_failures == {"EFBIG": 1} and lost(rt) == [0, 0]
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    assert lost(rt) == [1, 1]
+
+
+def test_liveness_counted_while_the_disk_was_full_gets_its_evidence_when_a_restart_saves_first(runtime, monkeypatch):
+    rt = runtime()
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    with monkeypatch.context() as m:
+        full_disk(m)
+        rt.record_liveness([stall(0)])
+    rt.count_restart()  # the supervisor's restart is the first save once there is space again
+    rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)
+    lines = [json.loads(x)["invariant"] for x in rt.evidence.path.read_text().splitlines()]
+    assert sorted(lines) == ["lost_write"] * 4 + ["stalled_poll"]
+
+
+def test_a_full_disk_that_also_holds_stderr_kills_nothing(tmp_path, monkeypatch):
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
+
+    def stderr_full(_message: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    rt = WatchRuntime(cfg, stderr_full)
+    with monkeypatch.context() as m:
+        full_disk(m)
+        rt.count_restart()  # the supervisor's call: neither the save nor saying it may raise
+    assert rt.published.save_failures == {"ENOSPC": 1}
+
+
+@contextlib.contextmanager
+def held_by_another_process(directory):
+    """A state directory claimed (`state.own`) by another process while the block runs; yields its pid."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from monitor.watch.state import own; own(Path(sys.argv[1])); print('held', flush=True); "
+                               "time.sleep(60)", str(directory)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_second_monitor_on_the_same_state_is_refused_naming_the_first(tmp_path):
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
+    with held_by_another_process(cfg.checkpoint_dir()) as pid:
+        with pytest.raises(state_store.StateError, match=rf"in use by another process \(pid {pid}"):
+            WatchRuntime(cfg)
+    WatchRuntime(cfg)  # the lock went with its process
+
+
+def test_a_high_watermark_gone_backwards_is_still_to_be_read_again_after_a_save_that_failed(runtime, monkeypatch):
+    rt = runtime()
+    monkeypatch.setattr(rt, "service_refetches", lambda: None)  # no cluster to read from here
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    monkeypatch.setattr(rt.prober, "take_rewinds", lambda: [(TID, 0, 10, 30)])
+    rt.after_probe()  # the prober saw the high watermark go back from 30 to 10: [10, 30) is suspect
+    wanted = dict(rt.state.checker.suspects)
+    assert wanted
+    with monkeypatch.context() as m:
+        full_disk(m)
+        with pytest.raises(state_store.StateSaveError):
+            rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)
+    assert dict(rt.state.checker.suspects) == wanted  # the revert kept what the prober will not hand again
+    rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)
+    assert runtime().state.checker.suspects  # and it was saved
+
+
+def test_a_refusal_of_spark_s_ledger_source_names_the_ledger_s_settings(tmp_path, monkeypatch):
+    from monitor import client_errors
+
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0},
+                 "ledger": {"kafka": {"bootstrap_servers": "ledger:9092",
+                                      "security": {"protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "ledger-user",
+                                                   "sasl_password": "x"}}}})
+    said: list[str] = []
+    monkeypatch.setattr(client_errors.ERRORS, "say", said.append)
+    monkeypatch.setattr(client_errors.ERRORS, "_said", {})
+    WatchRuntime(cfg).query_failed(
+        "Query terminated with exception\\nCaused by: org.apache.kafka.common.errors.TopicAuthorizationException: "
+        f"Not authorized to access topics: [{cfg.ledger.topic}]")
+    assert said and "'ledger-user'" in said[0] and said[0].startswith("vigil: spark: an ACL does not allow")
+
+
+def test_a_lock_file_that_cannot_be_made_is_a_clear_error(tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the checkpoint directory should be")
+    with pytest.raises(state_store.StateError, match="cannot open .*vigil.lock"):
+        state_store.own(blocked)
