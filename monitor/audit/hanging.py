@@ -14,12 +14,19 @@ partition p when
 - an acknowledgement on p at or above T's first record — T's own, or any other write's, whose record
   the final log holds at that offset — arrived inside T's open time and more than ``threshold_s``
   before T's end: from then on the high watermark was past T's first record while T held the LSO
-  at it. When it arrived is the outcome entry's append time less how long the writer held the
-  outcome before writing it (``done_ts_us`` to the entry's own time: a difference on the writer's
-  clock, so its skew cancels) — the transactional writer writes its outcomes only after the
-  commit or abort returned.
+  at it.
 
-All times are the ledger's append times (the brokers' clock). Left out on purpose, because the
+All times are on the brokers' clock. T began at its intent's append time (the writer waits until
+the intent is durable before it begins the transaction). When an acknowledgement arrived
+(``done_ts_us``) and when T ended (its ``txn`` entry's own time) are moments on the writer's
+clock — the transactional writer writes its outcomes only after the commit or abort returned, and
+an entry may wait in the writer's producer for as long as the ledger is away — so they are put on
+the brokers' clock by :class:`BrokerTimes`: plus the smallest gap between an entry's append time and
+its own time among that writer's entries of the same minute or the neighbouring ones (the writer's
+clock skew plus the quickest append). An entry's append time alone would date a transaction that
+ended just before its ledger went away at the ledger's return: a hang it never had. This is never
+later than the append time, and never earlier than the moment by more than a clock step of the
+writer's inside those minutes. Left out on purpose, because the
 ledger cannot say when they released the LSO: transactions that ended ``indeterminate`` (the call
 never returned; the coordinator may have written the markers long before, or only when a new
 producer fenced the old one) and transactions without an end (a writer killed). Their hangs are
@@ -46,13 +53,36 @@ Reads = dict[tuple[str, int], list[tuple]]
 TxnRef = tuple[int, int, int]  # writer_id, incarnation, txn id
 
 
+class BrokerTimes:
+    """Moments on a writer's clock put on the brokers' clock (see the module docstring)."""
+
+    WINDOW_US = 60_000_000
+
+    def __init__(self, entries: Iterable[LedgerEntry]) -> None:
+        # (writer_id, incarnation, minute of the writer's clock) -> smallest append time - own time
+        self._gap: dict[tuple[int, int, int], int] = {}
+        for e in entries:
+            key = (e.writer.writer_id, e.writer.inc, e.ts_us // self.WINDOW_US)
+            gap = e.time_us - e.ts_us
+            if gap < self._gap.get(key, gap + 1):
+                self._gap[key] = gap
+
+    def at(self, writer_id: int, inc: int, ts_us: int) -> int:
+        minute = ts_us // self.WINDOW_US
+        gaps = [g for m in (minute - 1, minute, minute + 1)
+                if (g := self._gap.get((writer_id, inc, m))) is not None]
+        return ts_us + min(gaps) if gaps else ts_us
+
+
 def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_reads: Reads) -> int:
     """How many (transaction, partition) pairs held the LSO back longer than ``threshold_s``."""
+    entries = list(entries)
+    clock = BrokerTimes(entries)
     begun: dict[TxnRef, tuple[str, int]] = {}  # -> (topic_id, intent time)
     ended: dict[TxnRef, int] = {}  # committed or aborted: when the call returned
     txn_of: dict[tuple[int, int, int, int], TxnRef] = {}  # (writer_id, inc, partition, seq) -> its transaction
     first_own: dict[tuple[TxnRef, int], tuple[int, tuple[int, int, int]]] = {}  # (T, p) -> its lowest ack there
-    # (topic_id, partition) -> [(ledger time, offset, (writer_id, inc, seq))], one per acknowledged write
+    # (topic_id, partition) -> [(broker time, offset, (writer_id, inc, seq))], one per acknowledged write
     acks: dict[tuple[str, int], list[tuple[int, int, tuple[int, int, int]]]] = defaultdict(list)
     for e in entries:
         body, wid, inc = e.body, e.writer.writer_id, e.writer.inc
@@ -63,14 +93,13 @@ def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_
                 for seq in range(w.first_seq, w.first_seq + w.count):
                     txn_of[(wid, inc, w.partition, seq)] = t
         elif isinstance(body, TxnEnd) and body.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED):
-            ended.setdefault((wid, inc, body.id), e.time_us)
+            ended.setdefault((wid, inc, body.id), min(clock.at(wid, inc, e.ts_us), e.time_us))
         elif isinstance(body, Outcomes):
             for run in body.runs:
                 if run.outcome is not WriteOutcome.ACKED:
                     continue
-                # when the acknowledgement arrived, on the brokers' clock: the entry's append time
-                # less how long the writer held it (a difference on the writer's own clock)
-                acked_at = e.time_us - max(0, e.ts_us - run.done_ts_us)
+                held_us = max(0, e.ts_us - run.done_ts_us)  # the writer held the outcome this long
+                acked_at = min(clock.at(wid, inc, e.ts_us - held_us), e.time_us - held_us)
                 for i in range(run.count):
                     acks[(body.topic_id, run.partition)].append(
                         (acked_at, run.first_offset + i, (wid, inc, run.first_seq + i)))

@@ -19,12 +19,18 @@ class Log:
     """A ledger whose writers' clocks agree with the brokers' (entry time == append time), and the
     final read_uncommitted log."""
 
-    def __init__(self) -> None:
+    def __init__(self, skew_s: float = 0.0) -> None:
         self.entries: list[LedgerEntry] = []
         self.ru: dict = {}
+        self.skew_s = skew_s  # the writers' clocks are this far ahead of the brokers'
+        self.ledger_away: tuple[float, float] | None = None  # entries written meanwhile land at its end
 
     def at(self, t_s: float, writer: WriterRef, body) -> "Log":
-        self.entries.append(LedgerEntry(writer, len(self.entries), int(t_s * S), body, append_ts_us=int(t_s * S)))
+        appended = t_s
+        if self.ledger_away and self.ledger_away[0] <= t_s < self.ledger_away[1]:
+            appended = self.ledger_away[1]
+        self.entries.append(LedgerEntry(writer, len(self.entries), int((t_s + self.skew_s) * S), body,
+                                        append_ts_us=int(appended * S)))
         return self
 
     def txn(self, begin_s: float, txn: int, parts: dict[int, int], end_s: float | None,
@@ -40,7 +46,8 @@ class Log:
         self.at(begin_s, writer, Intent(TID, tuple(WriteRange(p, seqs[p], 1) for p in parts),
                                         TxnInfo(txn, len(parts), outcome is TxnOutcome.ABORTED)))
         self.at(written_s, writer, Outcomes(TID, tuple(
-            OutcomeRun(p, seqs[p], 1, WriteOutcome.ACKED, off, 0, int(acked_s * S)) for p, off in parts.items())))
+            OutcomeRun(p, seqs[p], 1, WriteOutcome.ACKED, off, 0, int((acked_s + self.skew_s) * S))
+            for p, off in parts.items())))
         for p, off in parts.items():
             if in_log is None or p in in_log:
                 self.ru.setdefault((TID, p), []).append((off, (writer.writer_id, writer.inc, seqs[p]), txn, False))
@@ -51,7 +58,8 @@ class Log:
     def plain(self, t_s: float, p: int, offset: int, seq: int, in_log: bool = True) -> "Log":
         """A write of another writer acknowledged at ``offset`` at ``t_s``."""
         self.at(t_s - 0.01, PLAIN_W, Intent(TID, (WriteRange(p, seq, 1),)))
-        self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 0, int(t_s * S)),)))
+        self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 0,
+                                                        int((t_s + self.skew_s) * S)),)))
         if in_log:
             self.ru.setdefault((TID, p), []).append((offset, (PLAIN_W.writer_id, PLAIN_W.inc, seq), 0, False))
         return self
@@ -106,3 +114,31 @@ def test_ends_the_ledger_cannot_place_are_live_only():
     assert Log().txn(0, 1, {0: 10}, end_s=30, outcome=TxnOutcome.INDETERMINATE).count() == 0
     assert Log().txn(0, 1, {0: 10}, end_s=None).count() == 0
     assert Log().txn(0, 1, {0: 10}, end_s=30, outcome=TxnOutcome.ABORTED).count() == 1
+
+
+def test_an_end_that_waited_for_a_ledger_that_was_away_is_dated_when_it_happened():
+    """CI, stop 24: the ledger's own cluster stopped for 45 s right after a transaction committed;
+    its ``txn`` entry waited in the writer's producer and was appended at the ledger's return,
+    while the other writer's acknowledgements above its record had landed before. Dated by its
+    append time the transaction held the LSO 45 s; it ended within a second."""
+    for skew in (0.0, 500.0, -500.0):  # the writers' clock off the brokers': same verdicts
+        log = Log(skew_s=skew).plain(0.5, 0, 9, 1)
+        log.ledger_away = (1.2, 46.0)
+        log.txn(1.0, 1, {0: 10}, end_s=1.3, written_s=1.25).plain(1.1, 0, 11, 2)
+        for t in range(2, 40, 2):  # the plain writer's checkpoints and outcomes wait too
+            log.plain(float(t), 1, 100 + t, 10 + t)
+        assert log.count() == 0, skew
+        # a transaction that really hung past the threshold before the ledger went away still counts
+        hung = Log(skew_s=skew)
+        hung.ledger_away = (20.0, 46.0)
+        hung.txn(1.0, 1, {0: 10}, end_s=20.5, written_s=20.4)
+        for t in range(2, 40, 2):
+            hung.plain(float(t), 1, 100 + t, 10 + t)
+        assert hung.count() == 1, skew
+
+
+def test_with_no_prompt_entry_near_it_a_moment_is_dated_no_later_than_its_append_time():
+    log = Log(skew_s=30.0)
+    log.ledger_away = (0.0, 200.0)  # every entry waited: only the append times are known
+    log.txn(1.0, 1, {0: 10}, end_s=1.5)
+    assert log.count() == 0
