@@ -27,8 +27,10 @@ def soak(
                                "retained batches and the JVM heap fill up first)."),
     retention: str = typer.Option("5m", help="retention.ms of the soak's canary and ledger topics (segments of "
                                   "a quarter of it, 1 MiB at most): several retention cycles per hour."),
-    checks: str = typer.Option(",".join(("rss", "state", "checkpoint", "fds", "threads")),
-                               help="Figures that must not grow: rss, state, checkpoint, fds, threads."),
+    checks: str = typer.Option("rss_steady,worker_rss,state,checkpoint,fds,threads",
+                               help="Figures that must not grow: rss (all processes), rss_steady (all but "
+                               "PySpark's Python workers), worker_rss (the largest worker), workers (how "
+                               "many), state, checkpoint, fds, threads."),
     report: Optional[Path] = typer.Option(None, help="Directory for soak.json, soak.png and the run's "
                                           "state and output (default: a new temporary one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -39,8 +41,11 @@ def soak(
 
     Fails (exit 1) on any violation, on a monitor that stopped checking, or on a figure of
     --checks that grows after --warmup: its fitted growth (least-squares slope times the span)
-    beyond a tolerance of its median (RSS 15 %, state and checkpoint 10 %, fds and threads 5 %, or
-    a small absolute slack). Writes soak.json and a chart, soak.png, into --report.
+    beyond a tolerance of its median (memory 15 %, state and checkpoint 10 %, fds and threads 5 %,
+    or a small absolute slack). Memory is judged by process: the total steps with the number of
+    Python workers PySpark keeps, so by default the long-lived processes (rss_steady) and the
+    largest worker (worker_rss) are checked, the total (rss) and the number of workers shown.
+    Writes soak.json and a chart, soak.png, into --report.
     """
     from monitor.soak import FIGURES, run_soak
 
