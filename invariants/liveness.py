@@ -48,9 +48,7 @@ never lands, an outcome sits in the writer's queue): for a ledger on a cluster o
 prober does not judge while it is away, and a wait that began before it came back counts from its
 return — ``vigil_ledger_reachable`` and each writer's ``vigil_ledger_wait_seconds`` say it, as the
 ``VigilLedgerUnavailable`` alert (``cause="ledger"``); a ledger on the canary's cluster that is away
-is the canary's cluster away, judged as always. Meanwhile time goes on for the other verdicts: a
-ledger of its own that is away takes no entries, so the prober's clock, as last corrected by the
-ledger's append times, stands for the brokers'. Implies nothing by itself; with
+is the canary's cluster away, judged as always. Implies nothing by itself; with
 ``acks=all`` and fewer in-sync replicas than ``min.insync.replicas`` it is the expected
 outcome (S7 of the chaos matrix).
 """

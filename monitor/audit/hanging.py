@@ -19,14 +19,17 @@ partition p when
 All times are on the brokers' clock. T began at its intent's append time (the writer waits until
 the intent is durable before it begins the transaction). When an acknowledgement arrived
 (``done_ts_us``) and when T ended (its ``txn`` entry's own time) are moments on the writer's
-clock — the transactional writer writes its outcomes only after the commit or abort returned, and
-an entry may wait in the writer's producer for as long as the ledger is away — so they are put on
-the brokers' clock by :class:`BrokerTimes`: plus the smallest gap between an entry's append time and
-its own time among that writer's entries of the same minute or the neighbouring ones (the writer's
-clock skew plus the quickest append). An entry's append time alone would date a transaction that
-ended just before its ledger went away at the ledger's return: a hang it never had. This is never
-later than the append time, and never earlier than the moment by more than a clock step of the
-writer's inside those minutes. Left out on purpose, because the
+clock; each is put on the brokers' clock from its own write: the append time of the intent that
+named the write, plus how long after its send the moment came (``send_ts_us`` to the moment, a
+difference on the writer's clock, so its skew cancels). The send comes right after the intent is
+durable, so this dates a moment at most the few milliseconds between the intent's append and the
+send early, and no clock step of the writer's outside the operation moves it. The entries' own
+append times would not do: the outcomes and the ``txn`` entry are written after the commit or
+abort returned and may wait in the writer's producer for as long as the ledger is away — by its
+append time a transaction that ended just before its ledger went away would have ended at the
+ledger's return, a hang it never had. A moment is never dated later than that append time, nor
+earlier than its intent's (where the ledger read no longer holds the intent, an acknowledgement
+is dated by its entry's append time less how long the writer held it). Left out on purpose, because the
 ledger cannot say when they released the LSO: transactions that ended ``indeterminate`` (the call
 never returned; the coordinator may have written the markers long before, or only when a new
 producer fenced the old one) and transactions without an end (a writer killed). Their hangs are
@@ -53,57 +56,45 @@ Reads = dict[tuple[str, int], list[tuple]]
 TxnRef = tuple[int, int, int]  # writer_id, incarnation, txn id
 
 
-class BrokerTimes:
-    """Moments on a writer's clock put on the brokers' clock (see the module docstring)."""
-
-    WINDOW_US = 60_000_000
-
-    def __init__(self, entries: Iterable[LedgerEntry]) -> None:
-        # (writer_id, incarnation, minute of the writer's clock) -> smallest append time - own time
-        self._gap: dict[tuple[int, int, int], int] = {}
-        for e in entries:
-            key = (e.writer.writer_id, e.writer.inc, e.ts_us // self.WINDOW_US)
-            gap = e.time_us - e.ts_us
-            if gap < self._gap.get(key, gap + 1):
-                self._gap[key] = gap
-
-    def at(self, writer_id: int, inc: int, ts_us: int) -> int:
-        minute = ts_us // self.WINDOW_US
-        gaps = [g for m in (minute - 1, minute, minute + 1)
-                if (g := self._gap.get((writer_id, inc, m))) is not None]
-        return ts_us + min(gaps) if gaps else ts_us
-
-
 def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_reads: Reads) -> int:
     """How many (transaction, partition) pairs held the LSO back longer than ``threshold_s``."""
-    entries = list(entries)
-    clock = BrokerTimes(entries)
     begun: dict[TxnRef, tuple[str, int]] = {}  # -> (topic_id, intent time)
-    ended: dict[TxnRef, int] = {}  # committed or aborted: when the call returned
+    ended: dict[TxnRef, tuple[int, int]] = {}  # committed or aborted: (the writer's time of it, append time)
+    first_send: dict[TxnRef, int] = {}  # the writer's time of the transaction's first send
     txn_of: dict[tuple[int, int, int, int], TxnRef] = {}  # (writer_id, inc, partition, seq) -> its transaction
+    # (writer_id, inc, partition) -> [(first seq, intent append time)], seqs growing
+    intents: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
     first_own: dict[tuple[TxnRef, int], tuple[int, tuple[int, int, int]]] = {}  # (T, p) -> its lowest ack there
     # (topic_id, partition) -> [(broker time, offset, (writer_id, inc, seq))], one per acknowledged write
     acks: dict[tuple[str, int], list[tuple[int, int, tuple[int, int, int]]]] = defaultdict(list)
     for e in entries:
         body, wid, inc = e.body, e.writer.writer_id, e.writer.inc
-        if isinstance(body, Intent) and body.txn:
-            t = (wid, inc, body.txn.id)
-            begun.setdefault(t, (body.topic_id, e.time_us))
+        if isinstance(body, Intent):
             for w in body.writes:
-                for seq in range(w.first_seq, w.first_seq + w.count):
-                    txn_of[(wid, inc, w.partition, seq)] = t
+                intents[(wid, inc, w.partition)].append((w.first_seq, e.time_us))
+            if body.txn:
+                t = (wid, inc, body.txn.id)
+                begun.setdefault(t, (body.topic_id, e.time_us))
+                for w in body.writes:
+                    for seq in range(w.first_seq, w.first_seq + w.count):
+                        txn_of[(wid, inc, w.partition, seq)] = t
         elif isinstance(body, TxnEnd) and body.outcome in (TxnOutcome.COMMITTED, TxnOutcome.ABORTED):
-            ended.setdefault((wid, inc, body.id), min(clock.at(wid, inc, e.ts_us), e.time_us))
+            ended.setdefault((wid, inc, body.id), (e.ts_us, e.time_us))
         elif isinstance(body, Outcomes):
             for run in body.runs:
+                t = txn_of.get((wid, inc, run.partition, run.first_seq))  # a run is of one transaction
+                if t is not None and run.send_ts_us > 0:
+                    first_send[t] = min(run.send_ts_us, first_send.get(t, run.send_ts_us))
                 if run.outcome is not WriteOutcome.ACKED:
                     continue
-                held_us = max(0, e.ts_us - run.done_ts_us)  # the writer held the outcome this long
-                acked_at = min(clock.at(wid, inc, e.ts_us - held_us), e.time_us - held_us)
+                sent = _intent_time(intents.get((wid, inc, run.partition)), run.first_seq)
+                if sent is not None and run.send_ts_us > 0:
+                    acked_at = min(e.time_us, sent + max(0, run.done_ts_us - run.send_ts_us))
+                else:  # its intent is not in the ledger read (retention): less how long the writer held it
+                    acked_at = e.time_us - max(0, e.ts_us - run.done_ts_us)
                 for i in range(run.count):
                     acks[(body.topic_id, run.partition)].append(
                         (acked_at, run.first_offset + i, (wid, inc, run.first_seq + i)))
-                t = txn_of.get((wid, inc, run.partition, run.first_seq))  # a run is of one transaction
                 if t is not None:
                     key = (t, run.partition)
                     mine = (run.first_offset, (wid, inc, run.first_seq))
@@ -117,13 +108,23 @@ def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_
         if t not in begun or t not in ended:
             continue
         tid, since = begun[t]
+        end_ts, end_appended = ended[t]
+        end = min(end_appended, since + max(0, end_ts - first_send[t])) if t in first_send else end_appended
         log = held.get((tid, p), {})
         if log.get(first) != ident:
             continue  # T's first record there is not in the final log
         # acknowledged (the record still where it was acked) inside T's open time and more than
         # threshold_s before T ended, at or above T's first record there
         runs, at = acks.get((tid, p), []), times.get((tid, p), [])
-        lo, hi = bisect.bisect_left(at, since), bisect.bisect_left(at, ended[t] - threshold_s * 1e6)
+        lo, hi = bisect.bisect_left(at, since), bisect.bisect_left(at, end - threshold_s * 1e6)
         if any(off >= first and log.get(off) == who for _ts, off, who in runs[lo:hi]):
             count += 1
     return count
+
+
+def _intent_time(intents: list[tuple[int, int]] | None, seq: int) -> int | None:
+    """The append time of the intent that named ``seq`` (its writer's seqs on a partition only grow)."""
+    if not intents:
+        return None
+    i = bisect.bisect_right(intents, (seq, float("inf"))) - 1
+    return intents[i][1] if i >= 0 else None

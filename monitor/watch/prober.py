@@ -236,12 +236,11 @@ class Prober(threading.Thread):
 
     def _broker_now(self, now: float) -> float:
         """The brokers' time now; while the ledger is not read to its end, the newest append time read.
-        A ledger on a cluster of its own that is away takes no entries, so there is nothing left to
-        read: time goes on (else every liveness verdict on the canary's cluster, which is up, would
-        wait for the ledger's return)."""
+        Only producer waits are judged on it (polls and LSOs on the prober's own clock). A ledger
+        that stopped while this prober had not read it to its end leaves that time standing until
+        it is back: a wait observed before cannot pass its threshold on time nobody could read (its
+        outcome may sit in the writer's queue)."""
         caught_up = bool(self.ledger_at_end) and all(self.ledger_at_end.values())
-        with self.lock:
-            caught_up = caught_up or (not self.view.ledger_reachable and self.view.ledger_placement == "separate")
         return self.clock.now_us(int(now * 1e6), caught_up) / 1e6
 
     def _end(self, iso: Any, p: int) -> int:

@@ -4,6 +4,10 @@ than the threshold before it ended (committed or aborted); times on the brokers'
 
 from __future__ import annotations
 
+from typing import Callable
+
+import pytest
+
 from invariants.ledger_format import (
     Intent, LedgerEntry, OutcomeRun, Outcomes, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriteRange, WriterRef,
 )
@@ -13,24 +17,30 @@ TID = "topic-1"
 TXN_W = WriterRef("t", 1, 1)
 PLAIN_W = WriterRef("p", 2, 1)
 S = 1_000_000  # µs
+EPOCH_S = 1_700_000_000  # the times below are seconds after this
 
 
 class Log:
     """A ledger whose writers' clocks agree with the brokers' (entry time == append time), and the
     final read_uncommitted log."""
 
-    def __init__(self, skew_s: float = 0.0) -> None:
+    def __init__(self, skew_s: float | Callable[[float], float] = 0.0) -> None:
         self.entries: list[LedgerEntry] = []
         self.ru: dict = {}
-        self.skew_s = skew_s  # the writers' clocks are this far ahead of the brokers'
+        # how far the writers' clocks are ahead of the brokers' (a function of the time: steps, slews)
+        self.skew: Callable[[float], float] = skew_s if callable(skew_s) else (lambda _t: skew_s)
         self.ledger_away: tuple[float, float] | None = None  # entries written meanwhile land at its end
+
+    def wts(self, t_s: float) -> int:
+        """The writers' clock at ``t_s`` (brokers' time), in µs."""
+        return int((EPOCH_S + t_s + self.skew(t_s)) * S)
 
     def at(self, t_s: float, writer: WriterRef, body) -> "Log":
         appended = t_s
         if self.ledger_away and self.ledger_away[0] <= t_s < self.ledger_away[1]:
             appended = self.ledger_away[1]
-        self.entries.append(LedgerEntry(writer, len(self.entries), int((t_s + self.skew_s) * S), body,
-                                        append_ts_us=int(appended * S)))
+        self.entries.append(LedgerEntry(writer, len(self.entries), self.wts(t_s), body,
+                                        append_ts_us=int((EPOCH_S + appended) * S)))
         return self
 
     def txn(self, begin_s: float, txn: int, parts: dict[int, int], end_s: float | None,
@@ -46,7 +56,7 @@ class Log:
         self.at(begin_s, writer, Intent(TID, tuple(WriteRange(p, seqs[p], 1) for p in parts),
                                         TxnInfo(txn, len(parts), outcome is TxnOutcome.ABORTED)))
         self.at(written_s, writer, Outcomes(TID, tuple(
-            OutcomeRun(p, seqs[p], 1, WriteOutcome.ACKED, off, 0, int((acked_s + self.skew_s) * S))
+            OutcomeRun(p, seqs[p], 1, WriteOutcome.ACKED, off, self.wts(begin_s + 0.001), self.wts(acked_s))
             for p, off in parts.items())))
         for p, off in parts.items():
             if in_log is None or p in in_log:
@@ -58,8 +68,8 @@ class Log:
     def plain(self, t_s: float, p: int, offset: int, seq: int, in_log: bool = True) -> "Log":
         """A write of another writer acknowledged at ``offset`` at ``t_s``."""
         self.at(t_s - 0.01, PLAIN_W, Intent(TID, (WriteRange(p, seq, 1),)))
-        self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 0,
-                                                        int((t_s + self.skew_s) * S)),)))
+        self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset,
+                                                        self.wts(t_s - 0.009), self.wts(t_s)),)))
         if in_log:
             self.ru.setdefault((TID, p), []).append((offset, (PLAIN_W.writer_id, PLAIN_W.inc, seq), 0, False))
         return self
@@ -142,3 +152,39 @@ def test_with_no_prompt_entry_near_it_a_moment_is_dated_no_later_than_its_append
     log.ledger_away = (0.0, 200.0)  # every entry waited: only the append times are known
     log.txn(1.0, 1, {0: 10}, end_s=1.5)
     assert log.count() == 0
+
+
+@pytest.mark.parametrize("skew", [
+    lambda t: -1.0 if t >= -25 else 0.0,  # stepped back 1 s, 25 s before the transaction began
+    lambda t: -0.05 if t >= -30 else 0.0,  # stepped back 50 ms
+    lambda t: 5.0 if t >= 45 else 0.0,  # stepped forward 5 s, 5 s after the hang ended
+    lambda t: -5.0 if t >= 45 else 0.0,  # stepped back 5 s
+    lambda t: 500e-6 * (t + 100),  # slewing at 500 ppm
+], ids=["back-1s-before", "back-50ms-before", "forward-5s-after", "back-5s-after", "slew-500ppm"])
+def test_a_real_hang_counts_whatever_the_writers_clock_did_outside_it(skew):
+    """A reviewer's cases: a 40 s hang on a quiet partition (only the transaction's own
+    acknowledgement shows the high watermark past it), threshold 30 s, the writer's clock
+    corrected near it but not inside it."""
+    for hang_s, counted in ((40, 1), (20, 0)):
+        log = Log(skew_s=skew)
+        for i, t in enumerate(range(-100, 100, 5)):  # the same writer's other, short transactions around it
+            if not 0 <= t <= hang_s:
+                log.txn(float(t), 2 + i, {1: 1000 + i}, end_s=t + 0.05)
+        log.txn(0, 1, {0: 10}, end_s=hang_s, written_s=hang_s)
+        log.entries.sort(key=lambda e: e.append_ts_us)
+        assert log.count(threshold_s=30) == counted, hang_s
+
+
+def test_an_intent_that_waited_for_the_ledger_does_not_stretch_the_transaction_after_it():
+    """The intent was written while the ledger was away and appended at its return (the writer
+    waits for it before it begins): the transaction ran 0.3 s after that, not 45 s."""
+    log = Log()
+    log.ledger_away = (1.0, 46.0)
+    log.entries.append(LedgerEntry(TXN_W, 0, log.wts(1.0), Intent(TID, (WriteRange(0, 100, 1),), TxnInfo(1, 1, False)),
+                                   append_ts_us=(EPOCH_S + 46) * S))
+    log.at(46.3, TXN_W, Outcomes(TID, (OutcomeRun(0, 100, 1, WriteOutcome.ACKED, 10, log.wts(46.01),
+                                                  log.wts(46.02)),)))
+    log.at(46.3, TXN_W, TxnEnd(1, TxnOutcome.COMMITTED))
+    log.ru[(TID, 0)] = [(10, (TXN_W.writer_id, TXN_W.inc, 100), 1, False), (11, (PLAIN_W.writer_id, PLAIN_W.inc, 1), 0, False)]
+    log.plain(46.05, 0, 11, 1)
+    assert log.count(threshold_s=6) == 0
