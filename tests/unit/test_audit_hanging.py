@@ -65,11 +65,14 @@ class Log:
             self.at(end_s, writer, TxnEnd(txn, outcome))
         return self
 
-    def plain(self, t_s: float, p: int, offset: int, seq: int, in_log: bool = True) -> "Log":
-        """A write of another writer acknowledged at ``offset`` at ``t_s``."""
-        self.at(t_s - 0.01, PLAIN_W, Intent(TID, (WriteRange(p, seq, 1),)))
+    def plain(self, t_s: float, p: int, offset: int, seq: int, in_log: bool = True,
+              intent_s: float | None = None, sent_s: float | None = None) -> "Log":
+        """A write of another writer acknowledged at ``offset`` at ``t_s``, its intent appended at
+        ``intent_s`` and the record sent at ``sent_s`` (default: 10 and 9 ms before)."""
+        self.at(t_s - 0.01 if intent_s is None else intent_s, PLAIN_W, Intent(TID, (WriteRange(p, seq, 1),)))
+        sent_s = t_s - 0.009 if sent_s is None else sent_s
         self.at(t_s, PLAIN_W, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset,
-                                                        self.wts(t_s - 0.009), self.wts(t_s)),)))
+                                                        self.wts(sent_s), self.wts(t_s)),)))
         if in_log:
             self.ru.setdefault((TID, p), []).append((offset, (PLAIN_W.writer_id, PLAIN_W.inc, seq), 0, False))
         return self
@@ -188,3 +191,16 @@ def test_an_intent_that_waited_for_the_ledger_does_not_stretch_the_transaction_a
     log.ru[(TID, 0)] = [(10, (TXN_W.writer_id, TXN_W.inc, 100), 1, False), (11, (PLAIN_W.writer_id, PLAIN_W.inc, 1), 0, False)]
     log.plain(46.05, 0, 11, 1)
     assert log.count(threshold_s=6) == 0
+
+
+def test_another_writers_ack_is_never_dated_before_it_came_though_its_intent_took_long_to_be_durable():
+    """A reviewer's case: T's own record was acknowledged only at 5 s (its leader elected anew), T
+    committed at 10 s: held 5 s, under the 6 s threshold. Another writer's intent was appended at
+    1 s but durable only at 5.5 s (a ledger follower stalling), so its record, above T's, was sent
+    then and acknowledged at 5.51 s. Dated from its intent's append and its send it would have
+    come at 1.01 s; it came at 5.51 s."""
+    log = Log().txn(0, 1, {0: 10}, end_s=10, acked_s=5.0, written_s=10)
+    log.plain(5.51, 0, 11, 1, intent_s=1.0, sent_s=5.5)
+    log.entries.sort(key=lambda e: e.append_ts_us)
+    assert log.count(threshold_s=6) == 0
+    assert log.count(threshold_s=4) == 1  # its own ack at 5 s: held 5 s, past a 4 s threshold
