@@ -40,7 +40,7 @@ def soak(
     JVM, the checker's state file, the Spark checkpoint and /metrics.
 
     Fails (exit 1) on any violation, on a monitor that stopped checking, or on a figure of
-    --checks that grows after --warmup: its fitted growth (least-squares slope times the span)
+    --checks that grows after --warmup: its fitted growth (Theil–Sen slope times the span)
     beyond a tolerance of its median (memory 15 %, state and checkpoint 10 %, fds and threads 5 %,
     or a small absolute slack). Memory is judged by process: the total steps with the number of
     Python workers PySpark keeps, so by default the long-lived processes (rss_steady) and the
