@@ -20,15 +20,16 @@ fills up to a bound (the checker's horizon, Spark's retained batches, the JVM's 
 it within the warm-up; pick ``warmup`` accordingly (``watch.horizon_offsets`` at the writers'
 rate, 100 Spark batches at ``watch.trigger_ms``).
 
-**Memory, by process.** The total resident memory (``rss``) steps up and down with the number of
-Python workers PySpark keeps (it starts them as tasks need them and ends idle ones; each holds
-hundreds of MiB): an hour measured here went 1.29 → 1.0 → 1.65 → 1.0 GiB on such steps, and a
-slope fitted through steps says nothing about a leak. So memory is judged on what lives for the
+**Memory, by process.** Where PySpark runs Python workers (Python code on the executors: a
+Spark cluster, or checking done there), the total resident memory (``rss``) steps up and down by
+hundreds of MiB with how many it keeps — it starts them as tasks need them and ends idle ones —
+and a slope through steps says nothing about a leak. So memory is judged on what lives for the
 whole run — the monitor's own Python and the Spark JVM (``rss_steady``) — and on the largest Python
 worker (``worker_rss``: a worker that leaks grows; reused workers live long enough to show it).
 How many workers there are (``workers``) is bounded by Spark's task slots, and workers that were
 never ended would show in fds and threads. ``rss`` and ``workers`` stay in the report and the
-chart, and can still be checked (``--checks rss,workers``).
+chart, and can still be checked (``--checks rss,workers``). The default `vigil run` judges in the
+driver (``foreachBatch``) and has no Python workers: there ``rss_steady`` is ``rss``.
 """
 
 from __future__ import annotations

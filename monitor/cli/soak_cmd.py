@@ -42,9 +42,9 @@ def soak(
     Fails (exit 1) on any violation, on a monitor that stopped checking, or on a figure of
     --checks that grows after --warmup: its fitted growth (Theil–Sen slope times the span)
     beyond a tolerance of its median (memory 15 %, state and checkpoint 10 %, fds and threads 5 %,
-    or a small absolute slack). Memory is judged by process: the total steps with the number of
-    Python workers PySpark keeps, so by default the long-lived processes (rss_steady) and the
-    largest worker (worker_rss) are checked, the total (rss) and the number of workers shown.
+    or a small absolute slack). Memory is judged by process: where PySpark runs Python workers the
+    total steps with how many it keeps, so by default the long-lived processes (rss_steady) and
+    the largest worker (worker_rss) are checked, the total (rss) and the number of workers shown.
     Writes soak.json and a chart, soak.png, into --report.
     """
     from monitor.soak import FIGURES, run_soak

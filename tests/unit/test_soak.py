@@ -60,9 +60,9 @@ def test_a_slow_leak_fails_the_figure_that_leaks(figure, per_minute):
 
 
 def test_memory_that_steps_with_the_number_of_python_workers_is_no_leak_but_a_worker_that_grows_is():
-    """The shape of the hour measured on 2026-11-23 (1.29 GiB, then 1.0, then 1.65, then 1.0 again),
-    made of PySpark ending and starting workers, no process growing — and the same with the largest
-    worker leaking 4 MiB a minute."""
+    """A composition with PySpark workers (Python on the executors): the total goes 1.29 GiB, 1.0,
+    1.65, 1.0 as PySpark ends and starts workers, no process growing — and the same with the
+    largest worker leaking 4 MiB a minute."""
     for leak, failures in ((0.0, []), (4 * 2**20, ["worker_rss"])):
         samples = series(60, {"worker_rss": leak})
         for s in samples:
