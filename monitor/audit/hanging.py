@@ -57,9 +57,9 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
-from invariants.ledger_format import Intent, LedgerEntry, Outcomes, TxnEnd, TxnOutcome, WriteOutcome
+from invariants.ledger_format import Intent, LedgerEntry, OutcomeRun, Outcomes, TxnEnd, TxnOutcome, WriteOutcome
 
 # (topic_id, partition) -> [(offset, (writer_id, incarnation, seq), txn id, ...)] as the audit reads them
 Reads = dict[tuple[str, int], list[tuple]]
@@ -76,7 +76,7 @@ def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_
     first_own: dict[tuple[TxnRef, int], tuple[int, tuple[int, int, int]]] = {}  # (T, p) -> its lowest ack there
     # (T, p) -> [(broker time as T's own, offset, (writer_id, inc, seq))], T's acknowledgements there
     own: dict[tuple[TxnRef, int], list[tuple[int, int, tuple[int, int, int]]]] = defaultdict(list)
-    # (topic_id, partition) -> [(broker time, never early, offset, (writer_id, inc, seq))], every ack
+    # (topic_id, partition) -> [(broker time, never early; offset, (writer_id, inc, seq))], every ack
     acks: dict[tuple[str, int], list[tuple[int, int, tuple[int, int, int]]]] = defaultdict(list)
     for e in entries:
         body, wid, inc = e.body, e.writer.writer_id, e.writer.inc
@@ -102,17 +102,14 @@ def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_
                 late = e.time_us - max(0, e.ts_us - run.done_ts_us)  # less how long the writer held it
                 if named is not None:
                     late = min(late, named.time_us + max(0, run.done_ts_us - named.ts_us))
-                for i in range(run.count):
-                    acks[(body.topic_id, run.partition)].append(
-                        (late, run.first_offset + i, (wid, inc, run.first_seq + i)))
+                acks[(body.topic_id, run.partition)].extend(_each_record(run, wid, inc, late))
                 if t is not None:
                     key = (t, run.partition)
                     mine = (run.first_offset, (wid, inc, run.first_seq))
                     first_own[key] = min(mine, first_own.get(key, mine))
                     if named is not None and run.send_ts_us > 0:
                         at = min(e.time_us, named.time_us + max(0, run.done_ts_us - run.send_ts_us))
-                        own[key].extend((at, run.first_offset + i, (wid, inc, run.first_seq + i))
-                                        for i in range(run.count))
+                        own[key].extend(_each_record(run, wid, inc, at))
     held = {part: {r[0]: r[1] for r in recs} for part, recs in ru_reads.items()}  # offset -> ident
     for runs in acks.values():
         runs.sort(key=lambda r: r[0])
@@ -130,7 +127,7 @@ def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_
         # acknowledged (the record still where it was acked) inside T's open time and more than
         # threshold_s before T ended, at or above T's first record there: T's own, or another's
         before = end - threshold_s * 1e6
-        if any(since <= at < before and log.get(off) == who for at, off, who in own.get((t, p), ())):
+        if any(since <= ts < before and log.get(off) == who for ts, off, who in own.get((t, p), ())):
             count += 1
             continue
         runs, at = acks.get((tid, p), []), times.get((tid, p), [])
@@ -138,6 +135,11 @@ def hanging_transactions(entries: Iterable[LedgerEntry], threshold_s: float, ru_
         if any(off >= first and log.get(off) == who for _ts, off, who in runs[lo:hi]):
             count += 1
     return count
+
+
+def _each_record(run: OutcomeRun, wid: int, inc: int, at_us: int) -> Iterator[tuple[int, int, tuple[int, int, int]]]:
+    """(time, offset, (writer_id, inc, seq)) for each record of an acknowledged run."""
+    return ((at_us, run.first_offset + i, (wid, inc, run.first_seq + i)) for i in range(run.count))
 
 
 class IntentAt(NamedTuple):
