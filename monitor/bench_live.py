@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from monitor import child_run
 from monitor.child_run import first_batch, free_port, scrape
 from monitor.config import Config, write_document
 from monitor.drill_table import expected_counts
@@ -146,11 +147,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
         result.update({"produce_to_checked": e2e, "detection": _summary(detections), "missed_drills": missed,
                        "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
     finally:
-        proc.terminate()
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        child_run.stop(proc, 120)
         out_file.close()
         err_file.close()
     return result

@@ -3,10 +3,16 @@ metrics port for it, its ``/metrics`` read back, and the wait for its first micr
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
+
+import psutil
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,3 +43,48 @@ def first_batch(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
             pass
         time.sleep(0.5)
     return False
+
+
+def stop(proc: subprocess.Popen, timeout_s: float, dump_to: Path | None = None) -> int:
+    """Stop a `vigil run` the way it stops cleanly (SIGTERM: writers finish, the checker drains);
+    if it has not exited within ``timeout_s``, write its threads to ``dump_to`` first (the Python
+    stacks to its own stderr, the JVMs' to ``dump_to``), then SIGKILL. Returns its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        if dump_to is not None:
+            dump_threads(proc.pid, dump_to)
+        proc.kill()
+        return proc.wait()
+
+
+def dump_threads(pid: int, out: Path) -> None:
+    """Every thread of a hung `vigil run`: SIGUSR1 makes the process print its Python stacks to its
+    stderr (:func:`monitor.cli.main` registers it, which works while a thread holds the GIL), and
+    ``jstack`` prints those of each JVM below it (Spark's driver) into ``out``."""
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return
+    lines = [f"# `vigil run` (pid {pid}) did not stop; its Python stacks are at the end of its stderr\n"]
+    jstack = shutil.which("jstack")
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        below = []
+    for child in below:
+        try:
+            if not jstack or not child.name().startswith("java"):
+                continue
+        except psutil.Error:
+            continue
+        try:
+            got = subprocess.run([jstack, str(child.pid)], capture_output=True, text=True, timeout=30)
+            lines.append(f"# jstack {child.pid}\n{got.stdout}{got.stderr}\n")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            lines.append(f"# jstack {child.pid} failed: {exc}\n")
+    time.sleep(1.0)  # the Python stacks are written by the process itself
+    out.write_text("".join(lines))
+

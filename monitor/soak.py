@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from typing import Any, Callable
 
 import psutil
 
+from monitor import child_run
 from monitor.child_run import first_batch, free_port, scrape
 from monitor.config import Config, parse, to_document, write_document
 from monitor.watch.state import STATE_FILE
@@ -265,11 +265,7 @@ def run_soak(base: Config, duration_s: float, interval_s: float, warmup_s: float
                 break
             time.sleep(max(0.0, min(interval_s * len(samples), duration_s) - (time.monotonic() - t0)))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        child_run.stop(proc, 120, dump_to=run_dir / "threads.txt")
         out.close()
         err.close()
     drained = _drained_violations(run_dir / "run.out")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, van
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.config import Config, parse, to_document, write_document
+from monitor import child_run
 from monitor.child_run import first_batch
 
 VIGIL = [sys.executable, "-m", "monitor"]
@@ -161,15 +161,12 @@ class Runner:
             heal_cluster(self.cluster)
             result.phases["stop"] = round(time.time() - result.started_at, 1)
             self.say(f"{scenario.name}: stopping the writers, then the checker drains")
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            child_run.stop(proc, STOP_TIMEOUT_S, dump_to=run_dir / "threads.txt")
             sampler.finish()
         if proc.returncode != 0:
-            raise ScenarioError(f"{scenario.name}: `vigil run` exited with {proc.returncode}; see {run_dir / 'run.err'}")
+            dumped = run_dir / "threads.txt"
+            raise ScenarioError(f"{scenario.name}: `vigil run` exited with {proc.returncode}; see {run_dir / 'run.err'}"
+                                + (f" and {dumped} (it did not stop within {STOP_TIMEOUT_S:.0f} s)" if dumped.exists() else ""))
         result.summary = json.loads((run_dir / "run.out").read_text().strip().splitlines()[-1])
         self.say(f"{scenario.name}: auditing the whole history")
         audit = subprocess.run(VIGIL + ["audit", "--json", "--config", str(run_dir / "vigil.yaml")],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 
 import typer
@@ -39,6 +41,9 @@ app.command("status")(status_cmd.status)
 
 
 def main() -> None:
+    # `kill -USR1 <pid>` prints every thread's Python stack to stderr, even while one holds the GIL:
+    # what a hung monitor was doing (the chaos runner and `vigil soak` ask before they kill one)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         app()
     except VigilError as exc:

@@ -17,6 +17,7 @@ import yaml
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import TxnOutcome, WriteOutcome
 from invariants.model import TxnKey
+from monitor import child_run
 from monitor.audit.book import LedgerBook
 from monitor.child_run import scrape  # noqa: F401 - the tests import it from here
 from monitor.config import Config, parse
@@ -63,15 +64,25 @@ class Background:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.kill9()
-            raise AssertionError(f"did not stop within {timeout} s:\n{self.tail()}")
+            self._hung()
+            raise AssertionError(f"did not stop within {timeout} s (threads: {self.threads}):\n{self.tail()}")
 
     def wait(self, timeout: float) -> int:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.kill9()
-            raise AssertionError(f"did not finish within {timeout} s:\n{self.tail()}")
+            self._hung()
+            raise AssertionError(f"did not finish within {timeout} s (threads: {self.threads}):\n{self.tail()}")
+
+    @property
+    def threads(self) -> Path:
+        return self.out.with_suffix(".threads")
+
+    def _hung(self) -> None:
+        """What it was doing (Python stacks to its stderr, the JVM's to ``threads``), then kill -9."""
+        if self.proc.poll() is None:
+            child_run.dump_threads(self.proc.pid, self.threads)
+        self.kill9()
 
     def kill9(self) -> None:
         if self.proc.poll() is None:
