@@ -23,9 +23,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL names it: an IPv6 address in brackets."""
+    host = host.strip("[]")
+    return f"[{host}]" if ":" in host else host
+
+
 def scrape(port: int, host: str = "127.0.0.1") -> dict[tuple[str, tuple], float]:
     """``/metrics`` of a `vigil run` (on this machine by default): (name, sorted labels) -> value."""
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://{url_host(host)}:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}

@@ -248,7 +248,8 @@ class WriterConfig(_Model):
 
 
 class MetricsConfig(_Model):
-    bind: str = Field("127.0.0.1", description="address of the /metrics endpoint (0.0.0.0 in a pod)")
+    bind: str = Field("127.0.0.1", description="address of the /metrics endpoint (0.0.0.0 in a pod; "
+                      "an IPv6 address such as :: or ::1 binds IPv6, :: dual-stack)")
     port: int = Field(9464, ge=0, le=65535, description="port of the /metrics endpoint; 0 = off")
 
 

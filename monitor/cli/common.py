@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from monitor.child_run import url_host
 from monitor.config import Config, load
 
 console = Console(highlight=False, width=max(120, Console().width))
@@ -28,7 +29,7 @@ def load_config(path: Optional[Path]) -> Config:
 def print_endpoints(cfg: Config) -> None:
     """Where the watch exports its metrics and writes its evidence."""
     if cfg.metrics.port:
-        err_console.print(f"metrics: http://{cfg.metrics.bind}:{cfg.metrics.port}/metrics   "
+        err_console.print(f"metrics: http://{url_host(cfg.metrics.bind)}:{cfg.metrics.port}/metrics   "
                           f"evidence: {cfg.evidence_path()}")
 
 

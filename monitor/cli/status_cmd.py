@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from monitor import status as monitor_status
-from monitor.child_run import scrape
+from monitor.child_run import scrape, url_host
 from monitor.cli.common import ConfigOption, console, load_config, print_json
 
 
@@ -29,7 +29,7 @@ def status(
                                  "give --address host:port", param_hint="--address")
     if not address:
         host = "127.0.0.1" if cfg.metrics.bind in ("0.0.0.0", "::", "") else cfg.metrics.bind
-        address = f"{host}:{cfg.metrics.port}"
+        address = f"{url_host(host)}:{cfg.metrics.port}"
     host, _, port = address.rpartition(":")
     try:
         ready = monitor_status.ask_ready(f"http://{address}")

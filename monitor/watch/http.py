@@ -8,11 +8,14 @@ an outage, which only takes the pod out of a Service's endpoints.
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from monitor.config import ConfigError
 
 
 def serve(bind: str, port: int, registry: CollectorRegistry, ready: Callable[[], tuple[bool, str]]) -> ThreadingHTTPServer:
@@ -39,7 +42,21 @@ def serve(bind: str, port: int, registry: CollectorRegistry, ready: Callable[[],
         def log_message(self, *_args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer((bind, port), Handler)
+    try:
+        family = socket.getaddrinfo(bind or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"metrics.bind: {bind!r} is not an address of this machine ({exc.strerror})") from exc
+
+    class Server(ThreadingHTTPServer):
+        # an IPv6 address ("::" in a dual-stack pod, "::1") or a name that resolves to one binds an
+        # IPv6 socket; "::" then takes IPv4 connections as well (Linux's default bindv6only=0)
+        address_family = family
+
+    try:
+        server = Server((bind, port), Handler)
+    except OSError as exc:
+        raise ConfigError(f"metrics.port: cannot serve /metrics on {bind}:{port} ({exc.strerror}); "
+                          "stop what holds it or choose another port") from exc
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="vigil-http", daemon=True).start()
     return server

@@ -61,3 +61,23 @@ def test_a_ledger_that_does_not_answer_is_said_with_the_writers_waiting_for_it()
                     "idempotent 42 s (see docs/runbooks.md#vigilledgerunavailable)"]
     back = summarize("127.0.0.1:9464", (True, "ok"), {("vigil_ledger_reachable", ()): 1.0}, now=1000.0)
     assert back.healthy and not [line for line in lines(back) if line.startswith("ledger")]
+
+
+def test_a_monitor_bound_to_an_ipv6_address_is_asked_there(tmp_path):
+    from prometheus_client import CollectorRegistry, Counter
+
+    from monitor.watch import http
+
+    registry = CollectorRegistry()
+    Counter("vigil_batches", "batches", registry=registry).inc(3)
+    server = http.serve("::1", 0, registry, lambda: (True, "ready"))
+    try:
+        port = server.server_address[1]
+        config = tmp_path / "vigil.yaml"
+        config.write_text(f"metrics: {{bind: '::1', port: {port}}}\nstate_dir: {tmp_path / 'state'}\n")
+        proc = subprocess.run([sys.executable, "-m", "monitor", "status", "--json", "--config", str(config)],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert '"answering": true' in proc.stdout and f'"[::1]:{port}"' in proc.stdout, (proc.stdout, proc.stderr)
