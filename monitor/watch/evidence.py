@@ -46,10 +46,16 @@ def incident_for(incidents: dict[str, tuple[str, float]], v: Violation, now: flo
 
 
 class EvidenceLog:
-    def __init__(self, path: Path, producer: Any = None, topic: str = "") -> None:
+    """``refused``: told of every evidence record the topic did not take (its delivery report's
+    error: an ACL, the topic gone, a timeout), as the client's ``error_cb`` is of the rest; the
+    file keeps every line whatever the topic does."""
+
+    def __init__(self, path: Path, producer: Any = None, topic: str = "",
+                 refused: Callable[[Any], None] | None = None) -> None:
         self.path = path
         self.producer = producer
         self.topic = topic
+        self.refused = refused
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(exist_ok=True)  # there from the start (empty until a violation): it can be followed
 
@@ -73,14 +79,20 @@ class EvidenceLog:
                 f.write(line)
                 if self.producer is not None and self.topic:
                     # keyed by where the line sits in the log: a replay rewrites the same keys
-                    self.producer.produce(self.topic, key=f"{committed_bytes}:{i}".encode(), value=line[:-1])
+                    self.producer.produce(self.topic, key=f"{committed_bytes}:{i}".encode(), value=line[:-1],
+                                          on_delivery=self._delivered)
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
         if self.producer is not None and self.topic:
             # how many lines this write holds: a shorter write at the same position (a batch handed
             # again after a cut one) leaves the longer one's last keys behind, and this says so
-            self.producer.produce(self.topic, key=f"{committed_bytes}:end".encode(), value=str(len(violations)).encode())
+            self.producer.produce(self.topic, key=f"{committed_bytes}:end".encode(),
+                                  value=str(len(violations)).encode(), on_delivery=self._delivered)
         if self.producer is not None:
             self.producer.flush(30)
         return size
+
+    def _delivered(self, err: Any, _msg: Any) -> None:
+        if err is not None and self.refused is not None:
+            self.refused(err)

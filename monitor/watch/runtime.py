@@ -75,7 +75,8 @@ class WatchRuntime:
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
         self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
-        self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic)
+        self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic,
+                                    clients.refusals("evidence", cfg))
         self.stop = threading.Event()
         self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe)
         self.prober.prime(self.state.open_episodes)
