@@ -147,7 +147,8 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
         result.update({"produce_to_checked": e2e, "detection": _summary(detections), "missed_drills": missed,
                        "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
     finally:
-        child_run.stop(proc, 120)
+        if child_run.stop(proc, 120, dump_to=tmp / "threads.txt") == -9:
+            progress(f"vigil run did not stop within 120 s: its threads are in {tmp / 'run.err'} and {tmp / 'threads.txt'}")
         out_file.close()
         err_file.close()
     return result

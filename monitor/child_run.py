@@ -75,19 +75,25 @@ def dump_threads(pid: int, out: Path) -> None:
     except OSError:
         return
     lines = [f"# `vigil run` (pid {pid}) did not stop; its Python stacks are at the end of its stderr\n"]
-    jstack = shutil.which("jstack")
     try:
+        session = os.getsid(pid)
         below = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
+    except (OSError, psutil.Error):
         below = []
     for child in below:
-        try:
-            if not jstack or not child.name().startswith("java"):
+        try:  # a JVM of its own session: Spark's driver (the local cluster's brokers run in sessions of their own)
+            if os.getsid(child.pid) != session or not child.name().startswith("java"):
                 continue
-        except psutil.Error:
+            exe = Path(child.exe())
+        except (OSError, psutil.Error):
+            continue
+        jstack = exe.parent / "jstack"  # the JDK that runs it (a JRE has none: then the one on PATH)
+        tool = str(jstack) if jstack.exists() else shutil.which("jstack")
+        if tool is None:
+            lines.append(f"# java {child.pid}: no jstack (a JRE only); `jcmd {child.pid} Thread.print` from a JDK\n")
             continue
         try:
-            got = subprocess.run([jstack, str(child.pid)], capture_output=True, text=True, timeout=30)
+            got = subprocess.run([tool, str(child.pid)], capture_output=True, text=True, timeout=30)
             lines.append(f"# jstack {child.pid}\n{got.stdout}{got.stderr}\n")
         except (OSError, subprocess.TimeoutExpired) as exc:
             lines.append(f"# jstack {child.pid} failed: {exc}\n")

@@ -43,7 +43,10 @@ app.command("status")(status_cmd.status)
 def main() -> None:
     # `kill -USR1 <pid>` prints every thread's Python stack to stderr, even while one holds the GIL:
     # what a hung monitor was doing (the chaos runner and `vigil soak` ask before they kill one)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, OSError, RuntimeError, ValueError):  # no stderr to print to (2>&-): no dump
+        pass
     try:
         app()
     except VigilError as exc:

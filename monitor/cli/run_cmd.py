@@ -65,14 +65,17 @@ def run(
     def shutdown() -> None:
         """Writers start once the checker runs, stop first when asked (their last outcomes land),
         then the checker reads up to the end."""
-        start_writers_when_checking(runtime, threads, requested, writers_starting, progress)
-        requested.wait(duration)
-        writers_stop.set()
-        for t in threads:
-            if t.is_alive():
-                t.join()
-        runtime.wait_caught_up(timeout_s=120.0)
-        runtime.stop.set()
+        try:
+            start_writers_when_checking(runtime, threads, requested, writers_starting, progress)
+            requested.wait(duration)
+            writers_stop.set()
+            for t in threads:
+                if t.is_alive():
+                    t.join()
+            runtime.wait_caught_up(timeout_s=120.0)
+        finally:  # whatever happened here, the run ends
+            writers_stop.set()
+            runtime.stop.set()
 
     threading.Thread(target=shutdown, name="vigil-shutdown", daemon=True).start()
     print_endpoints(cfg)
@@ -100,7 +103,7 @@ def run(
         writers_stop.set()
         for t in threads:
             if t.ident is None:  # stopped before the checker ran: never started
-                t.writer.identity.release()
+                t.discard()
             elif t.is_alive():
                 t.join()
     failures = [t for t in threads if t.error is not None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from datetime import datetime
@@ -71,7 +72,12 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
     runtime.certificates.start()
     runtime.credentials.start()
     progress("starting Spark (the first batch takes a few seconds)")
+    on_ctrl_c = signal.getsignal(signal.SIGINT)
     spark = spark_job.session(cfg, progress)
+    if threading.current_thread() is threading.main_thread() and on_ctrl_c is not None:
+        # PySpark's SparkContext takes Ctrl-C for itself (it cancels jobs, then raises
+        # KeyboardInterrupt): given back, Ctrl-C stops in order (writers first, then the drain)
+        signal.signal(signal.SIGINT, on_ctrl_c)
     spark.sparkContext.setLogLevel("ERROR")
     spark.streams.addListener(_Freshness(runtime))
     deadline = None if duration is None else time.monotonic() + duration

@@ -11,7 +11,7 @@ from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
     Background, audit_counts, final_counts, metrics_up, nonzero, sample, scrape, violations, wait_for,
-    watch_config,
+    watch_config, writers_writing,
 )
 
 ISOS = ("read_committed", "read_uncommitted")
@@ -61,7 +61,7 @@ def test_partitions_added_topic_deleted_then_retired_and_deleted_under_running_w
     run = Background(path, "run", "--json", name="run")
     try:
         wait_for(lambda: metrics_up(port), 120, "the first batch")
-        time.sleep(5)  # both partitions hold writes before a third is added
+        wait_for(lambda: writers_writing(port, cfg), 60, "writes in both partitions before a third is added")
         # (d) a partition added: written to, read and probed within a minute
         client.create_partitions([NewPartitions(cfg.canary.name, 3)])[cfg.canary.name].result()
         wait_for(lambda: sample(port, "vigil_log_rewrites_total", partition="2") is not None, 60,

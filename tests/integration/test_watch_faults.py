@@ -10,7 +10,7 @@ from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
     HISTORY, Background, audit_counts, final_counts, metrics_up, nonzero, sample, scrape, violations, wait_for,
-    watch_config,
+    watch_config, writers_writing,
 )
 
 
@@ -44,7 +44,7 @@ def test_paused_leader_stalls_only_its_partitions_and_the_monitor_recovers(clust
     run = Background(path, "run", "--json", name="run")
     try:
         wait_for(lambda: metrics_up(port), 90, "the first batch")
-        time.sleep(5)
+        wait_for(lambda: writers_writing(port, cfg), 60, "the writer writing")
         client = admin(cfg)
         info = describe_topic(client, cfg.canary.name)
         ledger_leader = describe_topic(client, cfg.ledger.topic).leaders[0]
@@ -143,7 +143,7 @@ def test_all_brokers_killed_for_a_minute_liveness_fires_and_clears_and_nothing_i
     run = Background(path, "run", "--json", name="run")
     try:
         wait_for(lambda: metrics_up(port), 120, "the first batch")
-        time.sleep(5)
+        wait_for(lambda: writers_writing(port, cfg), 60, "both writers writing")
         for n in (1, 2, 3):
             cluster.kill(n)
         down = time.monotonic()

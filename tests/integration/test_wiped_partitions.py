@@ -15,7 +15,7 @@ from monitor.clients import admin, describe_topic, watermarks
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
     HISTORY, Background, audit_counts, final_counts, metrics_up, nonzero, sample, violations, wait_for,
-    watch_config,
+    watch_config, writers_writing,
 )
 
 ISOS = ("read_committed", "read_uncommitted")
@@ -34,7 +34,7 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     run = Background(path, "run", "--json", name="run")
     try:
         wait_for(lambda: metrics_up(port), 120, "the first batch")
-        time.sleep(8)  # every partition holds acked writes and transactions by then
+        wait_for(lambda: writers_writing(port, cfg, acked=600, committed=30), 60, "history in every partition")
         info = describe_topic(client, cfg.canary.name)
         node = info.leaders[0]
         wiped = sorted(p for p, leader in info.leaders.items() if leader == node)

@@ -149,6 +149,19 @@ def metrics_up(port: int) -> bool:
     return sample(port, "vigil_batches_total") is not None and (sample(port, "vigil_batches_total") or 0) > 0
 
 
+def writers_writing(port: int, cfg: Config, acked: int = 300, committed: int = 5) -> bool:
+    """Every writer of a `vigil run` has ``acked`` acknowledged writes, and every transactional one
+    ``committed`` committed transactions (its writers start once the checker runs: a test that
+    needs history before a fault waits for it)."""
+    for w in cfg.writers:
+        if (sample(port, "vigil_producer_writes_total", writer=w.name, outcome="acked") or 0) < acked:
+            return False
+        if w.transactional and (sample(port, "vigil_producer_transactions_total", writer=w.name,
+                                       outcome="committed") or 0) < committed:
+            return False
+    return True
+
+
 def expected_checked(cfg: Config) -> dict[str, int]:
     """From the ledger: what each reader must have checked (rc: not in aborted/undecided txns)."""
     book: LedgerBook = read_ledger(cfg.kafka.bootstrap_servers, cfg.ledger.topic)

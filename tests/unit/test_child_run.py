@@ -41,3 +41,10 @@ def test_a_child_that_stops_cleanly_is_not_dumped(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     assert child_run.stop(proc, 10.0, dump_to=tmp_path / "threads.txt") == -15
     assert not (tmp_path / "threads.txt").exists()
+
+
+def test_a_command_with_stderr_closed_still_runs():
+    """The stack-dump hook needs a stderr to print to; without one (2>&-) the command runs anyway."""
+    proc = subprocess.run(f"{sys.executable} -m monitor config --help 2>&-", shell=True, capture_output=False,
+                          stdout=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 0 and "config" in proc.stdout
