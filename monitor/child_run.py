@@ -75,17 +75,12 @@ def dump_threads(pid: int, out: Path) -> None:
     except OSError:
         return
     lines = [f"# `vigil run` (pid {pid}) did not stop; its Python stacks are at the end of its stderr\n"]
-    try:
-        session = os.getsid(pid)
-        below = psutil.Process(pid).children(recursive=True)
-    except (OSError, psutil.Error):
-        below = []
-    for child in below:
-        try:  # a JVM of its own session: Spark's driver (the local cluster's brokers run in sessions of their own)
-            if os.getsid(child.pid) != session or not child.name().startswith("java"):
+    for child in own_processes(pid)[1:]:
+        try:
+            if child.name() != "java":  # Spark's driver JVM
                 continue
             exe = Path(child.exe())
-        except (OSError, psutil.Error):
+        except psutil.Error:
             continue
         jstack = exe.parent / "jstack"  # the JDK that runs it (a JRE has none: then the one on PATH)
         tool = str(jstack) if jstack.exists() else shutil.which("jstack")
@@ -100,3 +95,22 @@ def dump_threads(pid: int, out: Path) -> None:
     time.sleep(1.0)  # the Python stacks are written by the process itself
     out.write_text("".join(lines))
 
+
+def own_processes(pid: int) -> list[psutil.Process]:
+    """A `vigil run` process and every process below it in its session (first the root; empty when
+    it is gone): not the brokers and the link proxy a `vigil run` of the embedded cluster started,
+    which run in sessions of their own."""
+    try:
+        root = psutil.Process(pid)
+        session = os.getsid(pid)
+        below = root.children(recursive=True)
+    except (OSError, psutil.Error):
+        return []
+    return [root, *(p for p in below if _session(p.pid) == session)]
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None

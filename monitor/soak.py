@@ -35,7 +35,6 @@ driver (``foreachBatch``) and has no Python workers: there ``rss_steady`` is ``r
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -136,15 +135,7 @@ def process_tree(pid: int, by_kind: dict[str, int] | None = None, counts: dict[s
     ``counts`` and ``largest``, when given, get the resident bytes, the number of processes and the
     resident bytes of the largest process, per kind."""
     rss = fds = threads = 0
-    try:
-        root = psutil.Process(pid)
-        session = os.getsid(pid)
-        # not the brokers and link proxy a `vigil run` of the embedded cluster started: they run
-        # in sessions of their own
-        procs = [root, *(p for p in root.children(recursive=True) if _session(p.pid) == session)]
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        return 0, 0, 0
-    for p in procs:
+    for p in child_run.own_processes(pid):
         try:
             resident = p.memory_info().rss
             fds += p.num_fds()
@@ -160,13 +151,6 @@ def process_tree(pid: int, by_kind: dict[str, int] | None = None, counts: dict[s
         if largest is not None:
             largest[kind] = max(largest.get(kind, 0), resident)
     return rss, fds, threads
-
-
-def _session(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except OSError:
-        return None
 
 
 def theil_sen(xs: list[float], ys: list[float]) -> float:

@@ -119,11 +119,6 @@ class WriterThread(threading.Thread):
             self.error = exc
             self.trace = traceback.format_exc()
         finally:
-            self.discard()
-
-    def discard(self) -> None:
-        """What a writer holds besides its clients: its identity and its topic observer (for a
-        writer stopped before it started, and at the end of every run)."""
-        self.writer.identity.release()
-        if self.writer.observer is not None:
-            self.writer.observer.stop()
+            self.writer.identity.release()
+            if self.writer.observer is not None:
+                self.writer.observer.stop()

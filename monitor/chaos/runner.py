@@ -17,7 +17,7 @@ from typing import Any, Callable
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from monitor import client_config, clients
+from monitor import child_run, client_config, clients
 from monitor.canary.runner import writer_instance_id
 from monitor.chaos import faults
 from monitor.chaos.heal import heal_cluster
@@ -28,7 +28,6 @@ from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, van
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
 from monitor.config import Config, parse, to_document, write_document
-from monitor import child_run
 from monitor.child_run import first_batch
 
 VIGIL = [sys.executable, "-m", "monitor"]

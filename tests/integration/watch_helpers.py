@@ -151,8 +151,8 @@ def metrics_up(port: int) -> bool:
 
 def writers_writing(port: int, cfg: Config, acked: int = 300, committed: int = 5) -> bool:
     """Every writer of a `vigil run` has ``acked`` acknowledged writes, and every transactional one
-    ``committed`` committed transactions (its writers start once the checker runs: a test that
-    needs history before a fault waits for it)."""
+    ``committed`` committed transactions: what a test that needs history before a fault waits for,
+    rather than a fixed time after the first batch."""
     for w in cfg.writers:
         if (sample(port, "vigil_producer_writes_total", writer=w.name, outcome="acked") or 0) < acked:
             return False
