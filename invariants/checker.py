@@ -190,7 +190,7 @@ class Checker(TopicLifecycle):
         if covered is None:  # a re-fetch only ever reads again what this reader read; Spark reads on
             for r in reads:
                 if r.offset >= v.frontier:
-                    self._read_first(key, v, other, r, fresh_from)
+                    self._read_first(key, v, other, r)
         if v.frontier > fresh_from:
             fresh.append((fresh_from, v.frontier))
         v.epoch += 1
@@ -200,8 +200,7 @@ class Checker(TopicLifecycle):
             if key in self.suspects:
                 self.suspects[key] = subtract(self.suspects[key], lo, hi)
 
-    def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read,
-                    fresh_from: int) -> None:
+    def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read) -> None:
         off, ident = r.offset, r.ident
         prev, new_offset = v.record(off, ident)
         report = self.sink.extend
@@ -209,7 +208,7 @@ class Checker(TopicLifecycle):
         if not is_canary(ident):
             return
         self.records_checked[key.iso] += 1
-        report(self.sequence.on_read(key, v, off, ident, prev, new_offset, fresh_from))
+        self.sequence.on_read(key, v, off, ident, prev, new_offset)
         self._canary_read(key, v, r)
 
     def _canary_read(self, key: ViewKey, v: PartitionView, r: Read) -> None:
@@ -245,8 +244,8 @@ class Checker(TopicLifecycle):
                 if is_canary(new):
                     self.records_checked[key.iso] += 1
                     self._canary_read(key, v, r)
-        report(self.sequence.on_reread(key, v, [(off, r.ident) for off, _o, r in changed
-                                                if r is not None and is_canary(r.ident)], lo))
+        self.sequence.on_reread(key, v, [(off, r.ident) for off, _o, r in changed
+                                          if r is not None and is_canary(r.ident)], lo)
         if changed and hi < v.frontier:  # the rest of what this reader read may have changed too
             self.suspect(key.topic_id, key.partition, changed[0][0], v.frontier)
 
@@ -279,7 +278,8 @@ class Checker(TopicLifecycle):
         self.sink.extend(self.sequence.judge_ready(lambda k: self.views[k]))
         self.sink.extend(self.offsets.judge_parked())
         self.sink.extend(self.txns.judge(self.view, lambda tid, p: self.log_start.get((tid, p), 0),
-                                         self.topics.gone, self._unsettled))
+                                         self.topics.gone, self._unsettled,
+                                         lambda tid, p, off: self.suspect(tid, p, off, off + 1)))
         self.sink.extend(self.txns.judge_headers(
             lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}, self.view))
         for key in self._dirty:

@@ -12,9 +12,12 @@ whose seq is lower than a seq of that writer at a lower offset: counted once per
 Writers assign seqs in send order per partition, so with idempotence the log order must match.
 A duplicate re-read is not a reorder.
 
-**Confirmed before counted.** Both rest on a record read earlier at another offset. If that
-earlier read could predate a rewrite of the log (it was read in an earlier batch), the verdict
-is counted only once that offset was read again and still holds what the verdict says
+**Confirmed before counted.** Both rest on records read at two or more offsets, and what a reader
+hands over may predate a rewrite of the log: a record read in an earlier batch, or one Spark's
+consumer fetched for an earlier batch and served with this one (measured on the local cluster: a
+wiped partition's old tail, served after the new log's records at lower offsets were read again,
+gave 16 reorders the final log does not hold). So every such verdict is counted only once each of
+its offsets was read again by a later read and still holds what the verdict says
 (:mod:`invariants.confirm`): a truncated leader's record read once, and its retry appended
 elsewhere by the new leader, is not a duplicate.
 
@@ -57,58 +60,53 @@ class SequenceFamily:
         self.parked: list[tuple[ViewKey, tuple]] = []  # confirmed, waiting for the writer's announcement
 
     def on_read(self, key: ViewKey, v: PartitionView, off: int, ident: Ident, prev: list[int] | None,
-                new_offset: bool, fresh_from: int) -> list[Violation]:
+                new_offset: bool) -> None:
         """A canary record read at ``off`` for the first time at this offset; ``prev``: the offsets it
-        is read at now (None for its first read); offsets >= ``fresh_from`` were read in this call."""
-        out: list[Violation] = []
+        is read at now (None for its first read). Its verdicts wait to be confirmed (:meth:`_confirm`)."""
         if new_offset and prev is not None and len(prev) >= 2:
-            out += self._duplicate(key, v, ident, [o for o in prev if o != off and o < fresh_from])
+            self._duplicate(key, v, ident, prev)
         writer, seq = (ident[0], ident[1]), ident[2]
         tops = self.max_seq.setdefault(key, {})
         top = tops.get(writer)
         if is_reorder(seq, None if top is None else top[0], prev is None):
-            data = ("reorder", ident, off, top[1], top[0])
-            if top[1] < fresh_from:
-                self.candidates.add(key, [(top[1], top[1] + 1)], v.epoch, data)
-            else:
-                out += self._count(key, v, data)
+            self._confirm(key, v, [off, top[1]], ("reorder", ident, off, top[1], top[0]))
         if top is None or seq > top[0]:
             tops[writer] = (seq, off)
-        return out
 
-    def on_reread(self, key: ViewKey, v: PartitionView, new: list[tuple[int, Ident]], lo: int) -> list[Violation]:
+    def on_reread(self, key: ViewKey, v: PartitionView, new: list[tuple[int, Ident]], lo: int) -> None:
         """Records a re-read of [lo, ...) found where the view held something else, in offset order:
-        duplicates, and reorders against the writer's records at lower offsets of the view."""
-        out: list[Violation] = []
-        below: dict[Writer, int] = {}
+        duplicates, and reorders against the writer's records at lower offsets of the view (to be
+        confirmed, as every verdict of this family)."""
+        running: dict[Writer, tuple[int, int]] = {}  # writer -> (highest seq below, its offset)
         floor = max(v.start or 0, v.forgotten_below)
         for off in range(lo - 1, floor - 1, -1):
             ident = v.at.get(off)
             if ident is not None and ident[0] != "x":
                 w = (ident[0], ident[1])
-                below[w] = max(below.get(w, -1), ident[2])
-        running = dict(below)
+                if ident[2] > running.get(w, (-1, -1))[0]:
+                    running[w] = (ident[2], off)
         for off, ident in new:
             offs = v.reads_of.get(ident, [])
             if len(offs) >= 2:
-                out += self._duplicate(key, v, ident, [o for o in offs if o != off and o < lo])
+                self._duplicate(key, v, ident, offs)
             w, seq = (ident[0], ident[1]), ident[2]
-            if running.get(w, -1) > seq and offs == [off]:
-                out += self._count(key, v, ("reorder", ident, off, -1, running[w]))
-            running[w] = max(running.get(w, -1), seq)
+            top = running.get(w)
+            if top is not None and top[0] > seq and offs == [off]:
+                self._confirm(key, v, [off, top[1]], ("reorder", ident, off, top[1], top[0]))
+            if top is None or seq > top[0]:
+                running[w] = (seq, off)
             tops = self.max_seq.setdefault(key, {})
             if w not in tops or seq > tops[w][0]:
                 tops[w] = (seq, off)
-        return out
 
-    def _duplicate(self, key: ViewKey, v: PartitionView, ident: Ident, stale: list[int]) -> list[Violation]:
-        counted = self.duplicates.setdefault(key, set())
-        if ident in counted:
-            return []
-        if stale:  # the other copy was read in an earlier batch: it is counted once read again
-            self.candidates.add(key, [(o, o + 1) for o in stale], v.epoch, ("duplicate", ident))
-            return []
-        return self._count(key, v, ("duplicate", ident))
+    def _duplicate(self, key: ViewKey, v: PartitionView, ident: Ident, offsets: list[int]) -> None:
+        if ident not in self.duplicates.get(key, ()):
+            self._confirm(key, v, offsets, ("duplicate", ident))
+
+    def _confirm(self, key: ViewKey, v: PartitionView, offsets: list[int], data: tuple) -> None:
+        """A verdict resting on what was read at ``offsets``: judged again once every one of them was
+        read again by a later read than the one being applied (:meth:`judge_ready`)."""
+        self.candidates.add(key, [(o, o + 1) for o in offsets], v.epoch + 1, data)
 
     def _count(self, key: ViewKey, v: PartitionView, data: tuple) -> list[Violation]:
         """A confirmed verdict: counted, classed by its writer — or parked until the ledger announces it."""

@@ -38,6 +38,11 @@ partition's log start (retention), cannot be judged: what is missing may simply 
 an acknowledged record missing at an offset whose reading waits to be confirmed (an
 acknowledgement that went backwards, a suspected rewrite: :mod:`invariants.confirm`) is judged
 after the re-read: the reader may remember the old log there, and the new one hold the record.
+And any transaction missing an acknowledged record is judged only once ``read_committed`` read
+the offsets of its missing records again after it found them missing: what a reader hands over
+may have been fetched before the log changed (Spark's consumer serves a micro-batch from what it
+fetched for the previous one; measured on the local cluster, a wiped partition's old tail served
+that way gave 5 torn transactions the final log does not hold).
 
 **Logs that change.** A record of a committed transaction that ``read_committed`` read and a
 later re-read no longer finds (a truncated log) makes the transaction be judged again: if only
@@ -103,6 +108,7 @@ class TxnTrack:
     intended_abort: bool = False  # a record of it carried the header's intended-abort flag
     size: int = 0  # the header's transaction size (0: no record of it read yet)
     indexes: dict[WriteKey, int] = field(default_factory=dict)  # the header's index of each record read_committed read
+    reread: bool = False  # the offsets of its writes read_committed missed were asked to be read again
 
     def max_acked(self) -> dict[tuple[str, int], int]:
         top: dict[tuple[str, int], int] = {}
@@ -135,7 +141,7 @@ class TxnTrack:
                 "partial_counted": self.partial_counted, "cls": t.ref(self.cls),
                 "decided": [list(w) for w in self.decided], "classed": self.classed,
                 "intended_abort": self.intended_abort, "size": self.size,
-                "indexes": [[*w, i] for w, i in self.indexes.items()]}
+                "indexes": [[*w, i] for w, i in self.indexes.items()], "reread": self.reread}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
@@ -146,7 +152,7 @@ class TxnTrack:
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
                    d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"],
                    d.get("intended_abort", False), d.get("size", 0),
-                   {WriteKey(*w): i for *w, i in d.get("indexes", ())})
+                   {WriteKey(*w): i for *w, i in d.get("indexes", ())}, d.get("reread", False))
 
 
 def _readable(v: PartitionView, offset: int, log_start: int) -> bool:
@@ -280,11 +286,15 @@ class TransactionsFamily:
     def judge(self, view: Callable[[Isolation, str, int], PartitionView],
               log_start: Callable[[str, int], int] = lambda _t, _p: 0,
               gone: Container[str] = (),
-              unsettled: Callable[[str, int, int], bool] = lambda _t, _p, _o: False) -> list[Violation]:
+              unsettled: Callable[[str, int, int], bool] = lambda _t, _p, _o: False,
+              read_again: Callable[[str, int, int], None] = lambda _t, _p, _o: None) -> list[Violation]:
         """``gone``: topic IDs no longer read; a transaction on one is never judged, and is dropped
         once decided (its acknowledged writes are judged as the topic's). ``unsettled(topic_id,
         partition, offset)``: whether read_committed's memory of that offset waits to be read
-        again (a suspected rewrite); a transaction with an acknowledged write missing there waits too."""
+        again (a suspected rewrite); a transaction with an acknowledged write missing there waits too.
+        ``read_again(topic_id, partition, offset)``: asks for that offset to be read again (then
+        unsettled until it was): a transaction missing a write is judged only once read_committed
+        read the offsets of its missing writes again after it saw them missing."""
         out: list[Violation] = []
         for tkey in sorted(self.judge_queue):
             t = self.txns.get(tkey)
@@ -303,8 +313,14 @@ class TransactionsFamily:
             tops = t.max_acked()
             rc_past = all(view(RC, tid, p).frontier > top for (tid, p), top in tops.items())
             if t.ready() and rc_past and t.writes:  # without an intent: judged by the headers (below)
-                if any(unsettled(w.topic_id, w.partition, off) for w, off in t.acked.items() if w not in t.rc_reads):
+                missing = [(w, off) for w, off in t.acked.items() if w not in t.rc_reads]
+                if any(unsettled(w.topic_id, w.partition, off) for w, off in missing):
                     continue  # what read_committed remembers there may be a log since rewritten
+                if missing and not t.reread:  # or what a reader fetched before it was: read again first
+                    t.reread = True
+                    for w, off in missing:
+                        read_again(w.topic_id, w.partition, off)
+                    continue
                 visible = sum(1 for w, off in t.rc_reads.items() if off <= tops.get(w.part, -1))
                 readable = all(_readable(view(RC, tid, p), low, log_start(tid, p))
                                for (tid, p), low in t.min_acked().items())

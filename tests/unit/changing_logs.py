@@ -119,6 +119,10 @@ class Sim:
     violations: list = field(default_factory=list)  # every verdict the checker returned
     # reads still to be served from the log the topic had before its last recreation (an executor
     # whose client still holds the old ID, fetching from a broker that has not deleted it yet)
+    # Spark's consumer keeps what it fetched past a micro-batch's end and serves the next batch of
+    # the reader from it when that batch starts there: records fetched before the log changed
+    prefetch: bool = False
+    fetched: dict = field(default_factory=dict)  # (iso, p) -> (first offset, [ident or None, ...])
     old_log_reads: int = 0
     old_logs: dict = field(default_factory=dict)
     old_log_start: dict = field(default_factory=dict)
@@ -142,6 +146,8 @@ class Sim:
             at = len(log)  # the end fell below its position at planning: the next batch starts lower
         end = min(at + k, len(log))
         reads = [Read(o, log[o].ident) for o in range(at, end) if log[o] is not None]
+        if self.prefetch:
+            reads = self._prefetched(iso, p, at, end, reads)
         self.pos[(iso, p)] = end
         if reads and self.intents_first:
             self.deliver(max(log[o].intent_at for o in range(at, end) if log[o] is not None) - self.delivered)
@@ -160,6 +166,20 @@ class Sim:
             if not self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe):
                 self.checker.note_topic(TOPIC, self.describe(TOPIC))  # a name it knows nothing of
                 assert self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe)
+
+    def _prefetched(self, iso: Isolation, p: int, at: int, end: int, reads: list[Read]) -> list[Read]:
+        """Spark's fetched data: a batch starting where the last one ended is served first from what
+        was fetched then (however the log changed since), the rest from the log; what the fetch
+        returned past the batch's end is kept for the next one."""
+        first, held = self.fetched.pop((iso, p), (None, []))
+        if first != at:
+            held = []
+        stale = [Read(o, held[o - at]) for o in range(at, min(end, at + len(held))) if held[o - at] is not None]
+        reads = stale + [r for r in reads if r.offset >= at + len(held)]
+        rest = held[end - at:] or [None if s is None else s.ident for s in self.logs[p][end:]]
+        if rest:
+            self.fetched[(iso, p)] = (end, rest)
+        return reads
 
     def _serve_old(self, p: int, lo: int, hi: int) -> bool:
         """Whether [lo, hi) of the new log is fetched from the old one (up to some offset): at

@@ -2,7 +2,7 @@
 
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU
-from tests.unit.invariants.tiny import Story, honest, rec
+from tests.unit.invariants.tiny import FILLER, Story, honest, rec
 
 LOST = {("lost_write", "read_committed"): 1, ("lost_write", "read_uncommitted"): 1}
 
@@ -107,6 +107,33 @@ def test_a_transaction_in_a_rewritten_log_waits_for_the_re_read_before_it_is_jud
     found = {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n}
     assert ("partial_txn", "read_committed") not in found, found
     assert ("lost_write", "read_committed") in found  # seq 0 went with the old log
+
+
+def test_a_transaction_read_from_data_fetched_before_it_was_written_waits_for_the_re_read():
+    """A committed transaction at 3 and 4, acknowledged before the reader's batch that covers them
+    arrives; that batch was served up to 4 from what Spark's consumer had fetched before the log
+    started again (another record at 3), and from the log after. No acknowledgement went
+    backwards: only the re-read of 3, asked for by the transaction itself, shows it whole (found
+    live in a wiped-partition run: 5 false partial_txn). A re-read that finds the other record
+    there still leaves it torn."""
+    from invariants.checker import Checker
+    from invariants.model import Read
+    from tests.unit.invariants.tiny import SETTINGS, TID, answer_refetches
+
+    # read up to 5: the write at 3 is still inside its settle window (4), its own verdict not formed
+    log = [Read(o, {3: rec(0), 4: rec(1)}.get(o, rec(o, wid=FILLER)), 1 if o in (3, 4) else 0) for o in range(6)]
+    served = [Read(o, (8, 1, o)) for o in range(4)] + log[4:]
+    for torn in (False, True):
+        ck = Checker(SETTINGS)
+        ck.apply_ledger(Story().txn(1, {0: 3, 1: 4}, TxnOutcome.COMMITTED).entries)
+        for iso in (RC, RU):
+            ck.apply_reads(iso, TID, 0, served)
+        ck.settle()
+        assert not any(n for (inv, _i, _d), n in ck.counts.items() if inv.value == "partial_txn")
+        assert ck.refetch_wanted()
+        answer_refetches(ck, lambda iso, p: served if torn else log)
+        found = {(inv.value, iso.value) for (inv, iso, _d), n in ck.counts.items() if n}
+        assert (("partial_txn", "read_committed") in found) == torn, (torn, found)
 
 
 # -- torn by the headers: transactions whose intent the ledger does not hold ----------------------
