@@ -119,6 +119,11 @@ class WriterThread(threading.Thread):
             self.error = exc
             self.trace = traceback.format_exc()
         finally:
-            self.writer.identity.release()
-            if self.writer.observer is not None:
-                self.writer.observer.stop()
+            self.discard()
+
+    def discard(self) -> None:
+        """Give back what the writer holds (its identity, its topic observer): after it ran, or
+        instead of running (stopped before it was started)."""
+        self.writer.identity.release()
+        if self.writer.observer is not None:
+            self.writer.observer.stop()

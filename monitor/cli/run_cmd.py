@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from prometheus_client import CollectorRegistry
@@ -24,10 +24,14 @@ from monitor.metrics import producer_metrics
 from monitor.signals import install_stop_handlers
 from monitor.watch.runtime import WatchRuntime
 
+WRITERS_WAIT_S = 120.0  # the longest the writers wait for the checker's first trigger
+
 
 def run(
     config: Optional[Path] = ConfigOption,
-    duration: Optional[float] = typer.Option(None, help="Stop after this many seconds (default: until Ctrl-C)."),
+    duration: Optional[float] = typer.Option(
+        None, help="Stop after the writers wrote for this many seconds (default: until Ctrl-C). They start "
+        "once the checker's query runs."),
     as_json: bool = typer.Option(False, "--json", help="Print the writers' final summaries as JSON."),
 ) -> None:
     """Run the embedded default: local 3-node cluster, canary writers and the live checker.
@@ -35,7 +39,9 @@ def run(
     Metrics on 127.0.0.1:9464 (`metrics.bind`, `metrics.port`).
 
     With `kafka.bootstrap_servers` set, the configured cluster is used instead of the local
-    one. Writers stop first (waiting for their last acknowledgements), then the checker.
+    one. Writers start once the checker's query runs (at most 2 minutes after it is started),
+    so the first writes are checked at once; they stop first (waiting for their last
+    acknowledgements), then the checker.
     """
     cfg = load_config(config)
     if cfg.embedded:
@@ -53,17 +59,19 @@ def run(
         err_console.print("stopped before the canary and ledger topics could be prepared")
         return
     threads = [WriterThread(open_writer(cfg, w, topics, metrics), writers_stop, None) for w in cfg.writers]
-    for t in threads:
-        t.start()
+    writers_starting = threading.Lock()
     started = time.monotonic()
 
     def shutdown() -> None:
-        """Writers stop first (their last outcomes land), then the checker reads up to the end."""
+        """Writers start once the checker runs, stop first when asked (their last outcomes land),
+        then the checker reads up to the end."""
         try:
+            start_writers_when_checking(runtime, threads, requested, writers_starting, progress)
             requested.wait(duration)
             writers_stop.set()
             for t in threads:
-                t.join()
+                if t.is_alive():
+                    t.join()
             runtime.wait_caught_up(timeout_s=120.0)
         finally:  # whatever happened here, the run ends
             writers_stop.set()
@@ -90,9 +98,14 @@ def run(
             with Live(render(), console=err_console, refresh_per_second=2, transient=False) as live:
                 run_watch(cfg, runtime, None, progress, registry, on_tick=lambda: live.update(render()))
     finally:
+        with writers_starting:  # no writer starts after this
+            requested.set()
         writers_stop.set()
         for t in threads:
-            t.join()
+            if t.ident is None:  # stopped before the checker ran: never started
+                t.discard()
+            elif t.is_alive():
+                t.join()
     failures = [t for t in threads if t.error is not None]
     if as_json:
         print_json({"writers": [writer_summary(t.writer) for t in threads], "checker": runtime.summary()})
@@ -102,3 +115,23 @@ def run(
     if failures:
         raise typer.Exit(1)
     err_console.print("stopped; the local cluster keeps running (`vigil cluster down` stops it)")
+
+
+def start_writers_when_checking(runtime: WatchRuntime, threads: list[WriterThread], stop: threading.Event,
+                                starting: threading.Lock, say: Callable[[str], None],
+                                wait_s: float = WRITERS_WAIT_S) -> None:
+    """Start the writers once the checker's query completed a trigger, or after ``wait_s`` without
+    one (a canary writes even while its checker cannot start). Spark's start on a busy machine took
+    55 s with the writers already running against the local cluster, 20 s without (2 cores: the
+    brokers took the CPU it needed), and the first writes waited that long to be checked."""
+    deadline = time.monotonic() + wait_s
+    while not runtime.query_runs.wait(0.25):
+        if stop.is_set():
+            return
+        if time.monotonic() >= deadline:
+            say(f"the checker has not completed a trigger within {wait_s:.0f} s: starting the writers anyway")
+            break
+    with starting:
+        if not stop.is_set():
+            for t in threads:
+                t.start()

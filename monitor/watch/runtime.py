@@ -88,6 +88,7 @@ class WatchRuntime:
         self.status = QueryStatus()
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
         self.caught_up_at = 0.0
+        self.query_runs = threading.Event()  # set once the query completed a trigger (with or without data)
         self.last_progress: dict[Any, float] = {}
         self._frontiers: dict[Any, int] = {}
         self.published = self._snapshot()
@@ -371,5 +372,6 @@ class WatchRuntime:
     def on_progress(self, caught_up_trigger_start: float | None = None) -> None:
         """A trigger finished; ``caught_up_trigger_start``: it read all that was there when it began."""
         self.last_batch = time.time()
+        self.query_runs.set()
         if caught_up_trigger_start is not None:
             self.caught_up_at = max(self.caught_up_at, caught_up_trigger_start)
