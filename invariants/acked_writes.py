@@ -40,7 +40,11 @@ serves a micro-batch from what it fetched for the previous one, so after a log s
 broker back without the partition's data) the old log's unread tail reached the checker after the
 new log's writes at those offsets were acknowledged — measured on the local cluster, 32 such
 writes counted lost that the final log holds where they were acknowledged. The same holds when
-the reader read *no* record there (retention deleted it first, or the reader skipped it).
+the reader read *no* record there (retention deleted it first, or the reader skipped it). A
+re-read that does not come before the horizon forgets the offset (the partition cannot be read
+again, or one catch-up batch spans more than the horizon) leaves the verdict to what the reader
+read there: another record, and the acknowledgement came before the reader got there — lost; else
+expired (``horizon``).
 
 **unseen.** A gauge, not a loss: expected writes acked more than a deadline ago that the
 reader has not reached yet (frontier not past their offset).
@@ -314,6 +318,22 @@ class AckedWritesFamily:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
+    def judge_unconfirmed(self, key: ViewKey, v: PartitionView, cut: int, log_start: int) -> list[Violation]:
+        """Candidates resting on offsets below ``cut``, which the view is about to forget, judged on
+        what it holds now: a write acknowledged before the reader got there, another record read
+        where it was acknowledged, is lost (as counted before a re-read was asked for: the re-read
+        did not come within the horizon); the rest expire (``horizon``)."""
+        out: list[Violation] = []
+        st = self.state(key)
+        for c in self.candidates.forget_below(key, cut):
+            wkey, j = c.data
+            held = v.held(j.acked_at)
+            if j.acked_at >= j.late_below and held is not None and held != wkey.ident:
+                out.extend(self._judge(key, st, v, wkey, Judged(j.acked_at, -1, j.cls), log_start, confirmed=True))
+            else:
+                self.expired["horizon"] += 1
+        return out
+
     def forget(self, key: ViewKey, v: PartitionView) -> None:
         st = self.views.get(key)
         if st is not None:
@@ -328,8 +348,10 @@ class AckedWritesFamily:
         (``reason``: ``vanished`` or ``retired``); ``log_start(partition)``: the last recorded one."""
         out: list[Violation] = []
         keys = [k for k in self.views if k.topic_id == topic_id]
-        for c in [c for c in self.candidates.items if c.key.topic_id == topic_id]:
-            self.candidates.items.remove(c)
+        ending = [c for c in self.candidates.items if c.key.topic_id == topic_id]
+        if ending:
+            self.candidates.items = [c for c in self.candidates.items if c.key.topic_id != topic_id]
+        for c in ending:
             wkey, j = c.data
             out.extend(self.ended(c.key, j.acked_at, 1, wkey.writer_id, wkey.inc, wkey.seq, j.cls,
                                   log_start(c.key.partition), reason))

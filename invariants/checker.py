@@ -284,6 +284,11 @@ class Checker(TopicLifecycle):
             lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}, self.view))
         for key in self._dirty:
             v = self.views[key]
+            cut = v.frontier - self.settings.horizon_offsets
+            if cut > v.forgotten_below:  # verdicts still waiting for a re-read there: judged on what the view holds
+                self.sink.extend(self.acked.judge_unconfirmed(
+                    key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
+                self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)
             self.sequence.forget(key, v)

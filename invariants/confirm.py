@@ -12,8 +12,14 @@ verdict evaluated again and counted — or dropped, when the fresh reads show it
 that was stale. Until then it is undecided, never counted: what is unknown is not a violation.
 
 Every application of reads to a view has an epoch; a candidate made at epoch ``e`` is satisfied
-by reads of the same offsets at an epoch above ``e`` (reads applied in the same call that made
-it count, since they are as fresh as the evidence).
+by reads of the same offsets at an epoch above ``e``. A family chooses ``e``: the acked-writes
+family's late acknowledgements are satisfied by the reads applied in the same call (as fresh as
+the evidence); verdicts resting on what a reader handed over (a loss, a duplicate, a reorder) only
+by a later read, since a reader may hand over what it fetched before the evidence.
+
+A candidate the view's horizon is about to forget (its offsets would no longer be remembered)
+cannot wait any longer: its family judges it on what the view holds then (the checker does this
+before forgetting), as it would have without asking for a re-read.
 """
 
 from __future__ import annotations
@@ -87,9 +93,12 @@ class Pending:
     def forget_below(self, key: ViewKey, cut: int) -> list[Candidate]:
         """Candidates resting on offsets the view no longer remembers (offset 0 it always does):
         returned, no longer kept."""
-        gone = [c for c in self.items if c.key == key and any(lo < cut and [lo, hi] != [0, 1] for lo, hi in c.need)]
+        gone, kept = [], []
+        for c in self.items:
+            below = c.key == key and any(lo < cut and [lo, hi] != [0, 1] for lo, hi in c.need)
+            (gone if below else kept).append(c)
         if gone:
-            self.items = [c for c in self.items if c not in gone]
+            self.items = kept
         return gone
 
     def wanted(self) -> list[tuple[str, int, int, int]]:

@@ -19,7 +19,8 @@ wiped partition's old tail, served after the new log's records at lower offsets 
 gave 16 reorders the final log does not hold). So every such verdict is counted only once each of
 its offsets was read again by a later read and still holds what the verdict says
 (:mod:`invariants.confirm`): a truncated leader's record read once, and its retry appended
-elsewhere by the new leader, is not a duplicate.
+elsewhere by the new leader, is not a duplicate. A re-read that does not come before the horizon
+forgets those offsets leaves the verdict to what the view holds then.
 
 **Classes.** ``guaranteed`` for an idempotent writer on a topic without unclean election, else
 ``at_risk`` (:mod:`invariants.promises`). Judged for writers the ledger announced (their ``start``
@@ -77,6 +78,8 @@ class SequenceFamily:
         """Records a re-read of [lo, ...) found where the view held something else, in offset order:
         duplicates, and reorders against the writer's records at lower offsets of the view (to be
         confirmed, as every verdict of this family)."""
+        if not new:
+            return
         running: dict[Writer, tuple[int, int]] = {}  # writer -> (highest seq below, its offset)
         floor = max(v.start or 0, v.forgotten_below)
         for off in range(lo - 1, floor - 1, -1):
@@ -117,7 +120,7 @@ class SequenceFamily:
             return []
         if data[0] == "duplicate":
             counted = self.duplicates.setdefault(key, set())
-            if ident in counted:
+            if ident in counted or len(v.reads_of.get(ident, ())) < 2:  # (parked: a re-read may have removed a copy)
                 return []
             counted.add(ident)
             return [Violation(Invariant.DUPLICATE, key.iso, key.topic_id, key.partition, tuple(v.reads_of[ident]),
@@ -132,18 +135,28 @@ class SequenceFamily:
         """Verdicts whose earlier offsets were read again: counted if the fresh view still shows them."""
         out: list[Violation] = []
         for c in self.candidates.take_ready():
-            v = view(c.key)
-            ident = tuple(c.data[1])
-            if c.data[0] == "duplicate":
-                if len(v.reads_of.get(ident, ())) >= 2:
-                    out += self._count(c.key, v, c.data)
-            else:
-                _, _, off, top_off, top_seq = c.data
-                if v.at.get(off) == ident and v.at.get(top_off) == (ident[0], ident[1], top_seq):
-                    out += self._count(c.key, v, c.data)
+            out += self._judge(c.key, view(c.key), c.data)
         parked, self.parked = self.parked, []
         for key, data in parked:
             out += self._count(key, view(key), data)
+        return out
+
+    def _judge(self, key: ViewKey, v: PartitionView, data: tuple) -> list[Violation]:
+        """A verdict counted if the view still shows it."""
+        ident = tuple(data[1])
+        if data[0] == "duplicate":
+            return self._count(key, v, data) if len(v.reads_of.get(ident, ())) >= 2 else []
+        _, _, off, top_off, top_seq = data
+        if v.at.get(off) == ident and v.at.get(top_off) == (ident[0], ident[1], top_seq):
+            return self._count(key, v, data)
+        return []
+
+    def judge_unconfirmed(self, key: ViewKey, v: PartitionView, cut: int) -> list[Violation]:
+        """Candidates resting on offsets below ``cut``, which the view is about to forget: judged on
+        what it holds now (a re-read did not come within the horizon)."""
+        out: list[Violation] = []
+        for c in self.candidates.forget_below(key, cut):
+            out += self._judge(key, v, c.data)
         return out
 
     def forget(self, key: ViewKey, v: PartitionView) -> None:

@@ -50,8 +50,8 @@ class Refetcher:
 
     def read(self, iso: Isolation, topic: str, partition: int, lo: int, hi: int) -> RangeRead:
         c = self._consumer(iso)
-        low, _high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.budget_s)
-        lo = max(lo, low)
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.budget_s)
+        lo, hi = max(lo, low), min(hi, high)  # above the end: nothing to read (a consumer would start over at the log start)
         if lo >= hi:
             return RangeRead([], lo, lo)
         c.assign([TopicPartition(topic, partition, lo)])

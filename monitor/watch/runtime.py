@@ -37,6 +37,8 @@ from monitor.watch.snapshot import build_snapshot
 from monitor.watch.topics import TopicDirectory
 
 MAX_REFETCHES_PER_ROUND = 8
+REREAD_DRAIN_S = 30.0  # at the end of a run, the longest wait for the re-reads verdicts wait for
+REFETCH_RETRY_S = 5.0  # a partition whose re-read failed is tried again after this (the others meanwhile)
 
 
 @dataclass
@@ -85,6 +87,7 @@ class WatchRuntime:
         self.topics = TopicDirectory(cfg, self.prober, lambda tid: self.state.checker.topics.name_of(tid))
         self.refetcher = Refetcher(cfg)
         self._refetching = threading.Lock()
+        self._refetch_failed: dict[tuple[str, int], float] = {}  # (topic ID, partition) -> retry after (monotonic)
         self.status = QueryStatus()
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
         self.caught_up_at = 0.0
@@ -201,17 +204,24 @@ class WatchRuntime:
             return  # the other thread is at it
         try:
             with self.lock:
-                wanted = self.state.checker.refetch_wanted()[:MAX_REFETCHES_PER_ROUND]
-            results = []
+                wanted = self.state.checker.refetch_wanted()
+            results, tried = [], 0
             for w in wanted:
+                if tried >= MAX_REFETCHES_PER_ROUND:
+                    break
+                if self._refetch_failed.get((w.topic_id, w.partition), 0.0) > time.monotonic():
+                    continue  # its re-read just failed: it waits its turn, the other partitions go first
+                tried += 1
                 name = self.topics.topic_name_of(w.topic_id)
                 if name and self.topics.fresh_id(name) != w.topic_id:
                     continue  # the name points at another topic now: that ID cannot be read again
                 if name and not self.stop.is_set():
                     try:
                         results.append((w, self.refetcher.read_both(name, w.partition, w.lo, w.hi)))
+                        self._refetch_failed.pop((w.topic_id, w.partition), None)
                     except Exception as exc:  # noqa: BLE001 - this partition's leader away: it stays
                         # wanted, and the other partitions' re-reads go on without it
+                        self._refetch_failed[(w.topic_id, w.partition)] = time.monotonic() + REFETCH_RETRY_S
                         self.progress(f"re-fetch of {name}[{w.partition}] {w.lo}-{w.hi} failed: "
                                       f"{type(exc).__name__}: {exc}")
             if not results:
@@ -359,13 +369,26 @@ class WatchRuntime:
                 "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
                 "batches": snap.batches, "restarts": snap.restarts}
 
-    def wait_caught_up(self, timeout_s: float) -> bool:
-        """Wait until a trigger that started after this call found nothing left to read."""
+    def wait_caught_up(self, timeout_s: float, reread_s: float = REREAD_DRAIN_S) -> bool:
+        """Wait until a trigger that started after this call found nothing left to read, then until
+        what the checker asked to be read again was read (a loss, a reorder or a torn transaction is
+        counted only after that), for at most ``reread_s`` more: a partition that cannot be read
+        leaves those verdicts undecided."""
         begin = time.time()
         deadline = time.monotonic() + timeout_s
+        caught_up = None
         while time.monotonic() < deadline and not self.stop.is_set():
             if self.caught_up_at > begin:
-                return True
+                caught_up = time.monotonic() if caught_up is None else caught_up
+                with self.lock:
+                    wanted = self.state.checker.refetch_wanted()
+                if not wanted:
+                    return True
+                if time.monotonic() - caught_up >= reread_s:
+                    self.progress(f"stopping with {len(wanted)} range(s) not read again: the verdicts resting on "
+                                  f"them stay undecided ({', '.join(f'{w.partition}:{w.lo}-{w.hi}' for w in wanted[:5])})")
+                    return True
+                self.service_refetches()
             time.sleep(0.25)
         return False
 

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import sys
 
 import pyarrow as pa
@@ -224,6 +225,34 @@ def test_a_partition_whose_re_read_fails_does_not_hold_up_the_others(runtime, mo
     assert applied == [1, 1] and rt.state.refetches == 1
 
 
+def test_ranges_of_a_partition_whose_re_read_failed_let_the_others_go_first(runtime, monkeypatch):
+    """More ranges of an unreadable partition than a round takes, sorted first: it is tried once
+    per round and then left alone for a while, so the others' verdicts are not starved."""
+    from invariants.checker import Refetch
+    from monitor.watch import runtime as runtime_module
+    from monitor.watch.refetch import RangeRead
+
+    rt = runtime()
+    many = runtime_module.MAX_REFETCHES_PER_ROUND + 2
+    wanted = [Refetch(TID, 0, 10 * i, 10 * i + 5) for i in range(many)] + [Refetch(TID, 1, 0, 5)]
+    monkeypatch.setattr(rt.state.checker, "refetch_wanted", lambda: wanted)
+    tried = []
+
+    def read_both(name, partition, lo, hi):
+        tried.append(partition)
+        if partition == 0:
+            raise TimeoutError("leader away")
+        return {iso: RangeRead([], lo, hi) for iso in (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED)}
+
+    monkeypatch.setattr(rt.refetcher, "read_both", read_both)
+    monkeypatch.setattr(rt.state.checker, "apply_refetched", lambda *_a: None)
+    rt.service_refetches()
+    assert tried == [0, 1]  # once, not once per range: the other partitions' ranges are reached
+    tried.clear()
+    rt.service_refetches()
+    assert tried == [1]  # a while later it is tried again
+
+
 def test_the_evidence_log_exists_from_the_start_and_a_restart_keeps_what_it_holds(runtime):
     rt = runtime()
     path = rt.cfg.evidence_path()
@@ -378,3 +407,30 @@ def test_a_lock_file_that_cannot_be_made_is_a_clear_error(tmp_path):
     blocked.write_text("a file where the checkpoint directory should be")
     with pytest.raises(state_store.StateError, match="cannot open .*vigil.lock"):
         state_store.own(blocked)
+
+
+def test_caught_up_waits_for_the_re_reads_the_verdicts_wait_for(runtime, monkeypatch):
+    """The end of a run: the last trigger read everything, and the loss it found is counted once its
+    offset was read again (the re-read failed after the batch: the broker was away)."""
+    from monitor.watch import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "REFETCH_RETRY_S", 0.2)
+    rt = runtime()
+    real = rt.refetcher.read_both
+    monkeypatch.setattr(rt.refetcher, "read_both", lambda *a: (_ for _ in ()).throw(OSError("leader away")))
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    assert lost(rt) == [0, 0] and rt.state.checker.refetch_wanted()
+    monkeypatch.setattr(rt.refetcher, "read_both", real)
+    rt.on_progress(time.time() + 1)  # a trigger, started after the wait began, found nothing left
+    assert rt.wait_caught_up(timeout_s=10)
+    assert lost(rt) == [1, 1] and not rt.state.checker.refetch_wanted()
+
+
+def test_caught_up_gives_up_on_re_reads_that_cannot_be_made(runtime, monkeypatch):
+    rt = runtime()
+    monkeypatch.setattr(rt.refetcher, "read_both", lambda *a: (_ for _ in ()).throw(OSError("leader away")))
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    rt.on_progress(time.time() + 1)
+    began = time.monotonic()
+    assert rt.wait_caught_up(timeout_s=10, reread_s=0.5)
+    assert 0.5 <= time.monotonic() - began < 5 and lost(rt) == [0, 0]
