@@ -117,12 +117,12 @@ class Sim:
     generations: int = 0
     seen_change_at: int = 0  # how much of the ledger existed when the runtime last looked the topic up
     violations: list = field(default_factory=list)  # every verdict the checker returned
-    # reads still to be served from the log the topic had before its last recreation (an executor
-    # whose client still holds the old ID, fetching from a broker that has not deleted it yet)
     # Spark's consumer keeps what it fetched past a micro-batch's end and serves the next batch of
     # the reader from it when that batch starts there: records fetched before the log changed
     prefetch: bool = False
     fetched: dict = field(default_factory=dict)  # (iso, p) -> (first offset, [ident or None, ...])
+    # reads still to be served from the log the topic had before its last recreation (an executor
+    # whose client still holds the old ID, fetching from a broker that has not deleted it yet)
     old_log_reads: int = 0
     old_logs: dict = field(default_factory=dict)
     old_log_start: dict = field(default_factory=dict)

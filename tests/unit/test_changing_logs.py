@@ -79,6 +79,22 @@ def test_a_log_truncated_after_it_was_read_and_rewritten(seed, resume_lower, unc
     assert oracle.nonzero() == want  # the final log shows the losses, not the offsets read twice
 
 
+def _wipe_and_write_again(sim: Sim, w: SimWriter, rng: random.Random, gap: int) -> tuple[int, dict]:
+    """Partition 0's log emptied (a broker back without its data); ``gap`` steps later ``w`` writes
+    there again, past the old end and the settle window, then everything is read and re-read.
+    Returns the old end and what the audit must find: every write of the old log lost."""
+    old_end = len(sim.logs[0])
+    removed = sum(1 for s in sim.logs[0] if s is not None)
+    sim.logs[0] = []
+    sim.drive(gap)
+    while len(sim.logs[0]) < old_end + H + 2:
+        w.write(0, rng.randint(1, 5))
+        w.write(1, 1)
+        sim.drive(rng.randint(0, 8))
+    sim.finish()
+    return old_end, {(Invariant.LOST_WRITE, RC): removed, (Invariant.LOST_WRITE, RU): removed}
+
+
 @given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans(), gap=st.integers(0, 15), prefetch=st.booleans())
 @settings(max_examples=60, deadline=None)
 def test_a_log_wiped_and_written_again_from_zero_by_the_same_writer(seed, resume_lower, gap, prefetch):
@@ -97,17 +113,7 @@ def test_a_log_wiped_and_written_again_from_zero_by_the_same_writer(seed, resume
     sim.deliver(len(sim.ledger))
     sim.catch_up()  # both readers read everything the log will lose
     sim.drive(10)
-    old_end = len(sim.logs[0])
-    removed = sum(1 for s in sim.logs[0] if s is not None)
-    sim.logs[0] = []
-    sim.drive(gap)
-    while len(sim.logs[0]) < old_end + H + 2:
-        w.write(0, rng.randint(1, 5))
-        w.write(1, 1)
-        sim.drive(rng.randint(0, 8))
-    sim.finish()
-
-    want = {(Invariant.LOST_WRITE, RC): removed, (Invariant.LOST_WRITE, RU): removed}
+    old_end, want = _wipe_and_write_again(sim, w, rng, gap)
     inconsistent = sim.inconsistent_truth()
     assert inconsistent == {(Invariant.INCONSISTENT_OFFSET, iso): old_end for iso in READERS}
     assert live_counts(sim) == {**want, **inconsistent}
@@ -136,17 +142,7 @@ def test_a_wiped_log_s_unread_tail_served_from_spark_s_fetched_data_after_the_ne
         while sim.pos[(iso, 0)] < 3 + read:
             sim.read(iso, 0, 3 + read - sim.pos[(iso, 0)])
     sim.settle()
-    old_end = len(sim.logs[0])
-    removed = sum(1 for s in sim.logs[0] if s is not None)
-    sim.logs[0] = []
-    sim.drive(gap)
-    while len(sim.logs[0]) < old_end + H + 2:
-        w.write(0, rng.randint(1, 5))
-        w.write(1, 1)
-        sim.drive(rng.randint(0, 8))
-    sim.finish()
-
-    want = {(Invariant.LOST_WRITE, RC): removed, (Invariant.LOST_WRITE, RU): removed}
+    _old_end, want = _wipe_and_write_again(sim, w, rng, gap)
     assert final_audit(sim).nonzero() == want
     assert live_counts(sim) == {**want, **sim.inconsistent_truth()}
 

@@ -8,8 +8,8 @@ import json
 import os
 import re
 import subprocess
-import time
 import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -18,7 +18,7 @@ from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import (
     Intent, LedgerEntry, OutcomeRun, Outcomes, WriteOutcome, WriteRange, WriterRef, encode,
 )
-from invariants.model import Durability, Violation
+from invariants.model import READERS, Durability, Violation
 from monitor import record_format
 from monitor.config import parse
 from monitor.watch import state as state_store
@@ -97,7 +97,22 @@ def read_log_again(topic: str, partition: int, lo: int, hi: int) -> dict:
 
     hi = hi if partition == 0 else lo
     reads, _malformed, _ts = to_reads(list(range(lo, hi)), [canary(o) for o in range(lo, hi)])
-    return {iso: RangeRead(reads, lo, max(lo, hi)) for iso in Isolation}
+    return {iso: RangeRead(reads, lo, max(lo, hi)) for iso in READERS}
+
+
+def read_both_failing_on(partition: int, tried: list | None = None):
+    """A re-fetcher whose reads of ``partition`` fail (its leader away) and that reads nothing
+    elsewhere; ``tried`` collects the partitions it was asked for."""
+    from monitor.watch.refetch import RangeRead
+
+    def read_both(name, p, lo, hi):
+        if tried is not None:
+            tried.append(p)
+        if p == partition:
+            raise TimeoutError("leader away")
+        return {iso: RangeRead([], lo, hi) for iso in READERS}
+
+    return read_both
 
 
 LOST = [(Invariant.LOST_WRITE, Isolation.READ_COMMITTED), (Invariant.LOST_WRITE, Isolation.READ_UNCOMMITTED)]
@@ -207,19 +222,12 @@ def test_a_partition_whose_re_read_fails_does_not_hold_up_the_others(runtime, mo
     """One partition's leader away (RF 1, its node down): its range stays wanted, and the other
     partitions' re-reads are applied in the same round."""
     from invariants.checker import Refetch
-    from monitor.watch.refetch import RangeRead
 
     rt = runtime()
     wanted = [Refetch(TID, 0, 0, 5), Refetch(TID, 1, 0, 5)]
     monkeypatch.setattr(rt.state.checker, "refetch_wanted", lambda: wanted)
-
-    def read_both(name, partition, lo, hi):
-        if partition == 0:
-            raise TimeoutError("leader away")
-        return {iso: RangeRead([], lo, hi) for iso in (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED)}
-
     applied = []
-    monkeypatch.setattr(rt.refetcher, "read_both", read_both)
+    monkeypatch.setattr(rt.refetcher, "read_both", read_both_failing_on(0))
     monkeypatch.setattr(rt.state.checker, "apply_refetched", lambda iso, tid, p, reads, covered: applied.append(p))
     rt.service_refetches()
     assert applied == [1, 1] and rt.state.refetches == 1
@@ -230,21 +238,13 @@ def test_ranges_of_a_partition_whose_re_read_failed_let_the_others_go_first(runt
     per round and then left alone for a while, so the others' verdicts are not starved."""
     from invariants.checker import Refetch
     from monitor.watch import runtime as runtime_module
-    from monitor.watch.refetch import RangeRead
 
     rt = runtime()
     many = runtime_module.MAX_REFETCHES_PER_ROUND + 2
     wanted = [Refetch(TID, 0, 10 * i, 10 * i + 5) for i in range(many)] + [Refetch(TID, 1, 0, 5)]
     monkeypatch.setattr(rt.state.checker, "refetch_wanted", lambda: wanted)
-    tried = []
-
-    def read_both(name, partition, lo, hi):
-        tried.append(partition)
-        if partition == 0:
-            raise TimeoutError("leader away")
-        return {iso: RangeRead([], lo, hi) for iso in (Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED)}
-
-    monkeypatch.setattr(rt.refetcher, "read_both", read_both)
+    tried: list[int] = []
+    monkeypatch.setattr(rt.refetcher, "read_both", read_both_failing_on(0, tried))
     monkeypatch.setattr(rt.state.checker, "apply_refetched", lambda *_a: None)
     rt.service_refetches()
     assert tried == [0, 1]  # once, not once per range: the other partitions' ranges are reached
@@ -417,7 +417,7 @@ def test_caught_up_waits_for_the_re_reads_the_verdicts_wait_for(runtime, monkeyp
     monkeypatch.setattr(runtime_module, "REFETCH_RETRY_S", 0.2)
     rt = runtime()
     real = rt.refetcher.read_both
-    monkeypatch.setattr(rt.refetcher, "read_both", lambda *a: (_ for _ in ()).throw(OSError("leader away")))
+    monkeypatch.setattr(rt.refetcher, "read_both", read_both_failing_on(0))
     rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
     assert lost(rt) == [0, 0] and rt.state.checker.refetch_wanted()
     monkeypatch.setattr(rt.refetcher, "read_both", real)
@@ -428,7 +428,7 @@ def test_caught_up_waits_for_the_re_reads_the_verdicts_wait_for(runtime, monkeyp
 
 def test_caught_up_gives_up_on_re_reads_that_cannot_be_made(runtime, monkeypatch):
     rt = runtime()
-    monkeypatch.setattr(rt.refetcher, "read_both", lambda *a: (_ for _ in ()).throw(OSError("leader away")))
+    monkeypatch.setattr(rt.refetcher, "read_both", read_both_failing_on(0))
     rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
     rt.on_progress(time.time() + 1)
     began = time.monotonic()
