@@ -76,6 +76,26 @@ def _e2e(samples: dict) -> dict[str, list[float]]:
     return out
 
 
+def _time_split(first: dict, last: dict) -> dict[str, Any]:
+    """Where the live time went between two scrapes: the mean seconds per trigger of each part of
+    Spark's triggers, and per micro-batch of each phase of the batch handler."""
+    def grew(name: str, label: str | None = None) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for (n, labels), v in last.items():
+            if n == name:
+                key = dict(labels).get(label, "") if label else ""
+                out[key] = v - first.get((n, labels), 0.0)
+        return out
+
+    triggers = grew("vigil_triggers_total").get("", 0.0)
+    batches = grew("vigil_batches_total").get("", 0.0)
+    return {"triggers": int(triggers), "batches": int(batches),
+            "per_trigger_s": {k: round(v / triggers, 3) for k, v in grew("vigil_trigger_seconds_total", "part").items()}
+            if triggers else {},
+            "per_batch_s": {k: round(v / batches, 3) for k, v in grew("vigil_batch_seconds_total", "phase").items()}
+            if batches else {}}
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -144,7 +164,8 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
             e2e[iso] = {"records": int(sum(counts)),
                         "p50_s": _round(percentile(E2E_BUCKETS, counts, 0.5)),
                         "p99_s": _round(percentile(E2E_BUCKETS, counts, 0.99))}
-        result.update({"produce_to_checked": e2e, "detection": _summary(detections), "missed_drills": missed,
+        result.update({"produce_to_checked": e2e, "time_split": _time_split(first, last),
+                       "detection": _summary(detections), "missed_drills": missed,
                        "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
     finally:
         if child_run.stop(proc, 120, dump_to=tmp / "threads.txt") == -9:

@@ -115,7 +115,9 @@ class WatchSnapshot:
     led: dict = field(default_factory=dict)  # broker id -> partitions led
     stalls_open: dict = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     state_bytes: int = 0
-    batch_seconds: dict = field(default_factory=dict)  # phase -> seconds (fetch, check, persist)
+    batch_seconds: dict = field(default_factory=dict)  # phase -> seconds (fetch, check, persist, refetch)
+    trigger_seconds: dict = field(default_factory=dict)  # part of Spark's trigger (its durationMs keys) -> seconds
+    triggers: int = 0  # triggers that reported progress
     batches: int = 0
     lost_by_writer: dict = field(default_factory=dict)  # (writer name, Isolation, Durability, cause) -> int
     rewrites: dict = field(default_factory=dict)  # partition -> offsets found rewritten
@@ -132,6 +134,9 @@ class WatchSnapshot:
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
+BATCH_PHASES = ("fetch", "check", "persist", "refetch")
+TRIGGER_PARTS = ("triggerExecution", "latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
+                 "commitOffsets")
 
 
 class ClientErrorsCollector:
@@ -311,7 +316,17 @@ class WatchCollector:
         yield CounterMetricFamily("vigil_batches", "Micro-batches the checker applied.", value=s.batches)
         phases = CounterMetricFamily("vigil_batch_seconds", "Time the micro-batches spent per phase since the "
                                      "monitor started: fetch (Spark job, executors' decoding, transfer to the "
-                                     "driver), check (the checker), persist (saving its state).", labels=["phase"])
-        for phase in ("fetch", "check", "persist"):
+                                     "driver), check (the checker), persist (saving its state), refetch (ranges read again "
+                                     "directly after a batch, and applied).", labels=["phase"])
+        for phase in BATCH_PHASES:
             phases.add_metric([phase], s.batch_seconds.get(phase, 0.0))
         yield phases
+        yield CounterMetricFamily("vigil_triggers", "Triggers of the query that reported progress.", value=s.triggers)
+        parts = CounterMetricFamily("vigil_trigger_seconds", "Time Spark's triggers spent per part since the monitor "
+                                    "started, as Spark reports it (durationMs: triggerExecution is the whole trigger, "
+                                    "addBatch the foreachBatch handler with its job, latestOffset and getBatch the "
+                                    "sources' offset lookups, queryPlanning, walCommit and commitOffsets the "
+                                    "checkpoint).", labels=["part"])
+        for part in TRIGGER_PARTS:
+            parts.add_metric([part], s.trigger_seconds.get(part, 0.0))
+        yield parts

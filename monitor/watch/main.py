@@ -41,7 +41,8 @@ class _Freshness(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         caught_up = all(_offsets(src.endOffset) == _offsets(src.latestOffset) for src in event.progress.sources)
-        self.runtime.on_progress(_started(event.progress.timestamp) if caught_up else None)
+        self.runtime.on_progress(_started(event.progress.timestamp) if caught_up else None,
+                                 dict(event.progress.durationMs or {}))
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         self.runtime.on_progress(_started(event.timestamp))
@@ -69,6 +70,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         clients.ensure_topic(clients.admin(cfg), cfg.watch.evidence.topic, 1, cfg.canary.replication_factor,
                              {"cleanup.policy": "compact"})
     runtime.prober.start()
+    runtime.start_refetching()
     runtime.certificates.start()
     runtime.credentials.start()
     progress("starting Spark (the first batch takes a few seconds)")
@@ -88,6 +90,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         for q in spark.streams.active:
             q.stop()
         runtime.prober.join(10)
+        runtime.stop_refetching()
         runtime.refetcher.close()
         spark.stop()
 

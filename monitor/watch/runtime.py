@@ -77,6 +77,8 @@ class WatchRuntime:
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
         self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
+        self.trigger_seconds: Counter[str] = Counter()  # part of Spark's triggers -> seconds since start
+        self.triggers = 0
         self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic,
                                     clients.refusals("evidence", cfg))
         self.stop = threading.Event()
@@ -87,6 +89,8 @@ class WatchRuntime:
         self.topics = TopicDirectory(cfg, self.prober, lambda tid: self.state.checker.topics.name_of(tid))
         self.refetcher = Refetcher(cfg)
         self._refetching = threading.Lock()
+        self._refetch_wake = threading.Event()
+        self._refetch_thread: threading.Thread | None = None
         self._refetch_failed: dict[tuple[str, int], float] = {}  # (topic ID, partition) -> retry after (monotonic)
         self.status = QueryStatus()
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
@@ -169,7 +173,7 @@ class WatchRuntime:
                     self._frontiers[key] = frontier
                     self.last_progress[key] = now
             self.published = self._snapshot()
-        self.service_refetches()
+        self.wake_refetches()
 
     def _note_topic(self) -> None:
         """What the prober's metadata says of the canary topic (under the batch lock): its ID now
@@ -195,13 +199,41 @@ class WatchRuntime:
             for tid, p, new, old in rewinds:
                 self.state.checker.suspect(tid, p, new, old)
                 self.unsaved_rewinds.append((tid, p, new, old))  # the prober hands each once
-        self.service_refetches()
+        self.wake_refetches()
+
+    def start_refetching(self) -> None:
+        """Read again in a thread of its own from now on: Spark's next trigger does not wait for
+        the re-reads of the last batch (and a slow broker holds up neither Spark nor the prober)."""
+        if self._refetch_thread is None:
+            self._refetch_thread = threading.Thread(target=self._refetch_loop, name="vigil-refetch", daemon=True)
+            self._refetch_thread.start()
+
+    def stop_refetching(self, timeout_s: float = 10.0) -> None:
+        self._refetch_wake.set()
+        if self._refetch_thread is not None:
+            self._refetch_thread.join(timeout_s)
+
+    def wake_refetches(self) -> None:
+        """A batch or a prober round may have left ranges to read again: read them now (in the
+        re-fetch thread once it runs, else here)."""
+        if self._refetch_thread is None:
+            self.service_refetches()
+        else:
+            self._refetch_wake.set()
+
+    def _refetch_loop(self) -> None:
+        while not self.stop.is_set():
+            self._refetch_wake.wait(1.0)
+            self._refetch_wake.clear()
+            if not self.stop.is_set():
+                self.service_refetches()
 
     def service_refetches(self) -> None:
         """Read again, directly, what the checker asks for; apply it like a batch (outside the
         batch lock while reading, so a slow broker holds up neither Spark nor the prober)."""
         if not self._refetching.acquire(blocking=False):
             return  # the other thread is at it
+        started = time.monotonic()
         try:
             with self.lock:
                 wanted = self.state.checker.refetch_wanted()
@@ -243,6 +275,7 @@ class WatchRuntime:
                 except Exception:
                     self._revert()  # half applied: dropped, the ranges stay wanted
                     raise
+                self.batch_seconds["refetch"] += time.monotonic() - started
                 self.published = self._snapshot()
         except Exception as exc:  # a broker away: the ranges stay wanted, the next round tries again
             self.progress(f"re-fetch failed: {type(exc).__name__}: {exc}")
@@ -323,7 +356,8 @@ class WatchRuntime:
         return build_snapshot(st, self.prober.snapshot(), unseen_after_s=self.cfg.watch.unseen_after_s,
                               last_progress=self.last_progress, last_batch=self.last_batch,
                               up=self.status.running, state_bytes=self.state_bytes,
-                              batch_seconds=dict(self.batch_seconds), save_failures=dict(self.save_failures))
+                              batch_seconds=dict(self.batch_seconds), save_failures=dict(self.save_failures),
+                              trigger_seconds=dict(self.trigger_seconds), triggers=self.triggers)
 
     def refresh(self) -> None:
         """Recompute the gauges between batches (unseen grows while the query is stuck)."""
@@ -392,8 +426,13 @@ class WatchRuntime:
             time.sleep(0.25)
         return False
 
-    def on_progress(self, caught_up_trigger_start: float | None = None) -> None:
-        """A trigger finished; ``caught_up_trigger_start``: it read all that was there when it began."""
+    def on_progress(self, caught_up_trigger_start: float | None = None, durations_ms: dict | None = None) -> None:
+        """A trigger finished; ``caught_up_trigger_start``: it read all that was there when it began;
+        ``durations_ms``: what its parts took, as Spark reports them."""
+        if durations_ms:
+            self.triggers += 1
+            for part, ms in durations_ms.items():
+                self.trigger_seconds[part] += ms / 1000
         self.last_batch = time.time()
         self.query_runs.set()
         if caught_up_trigger_start is not None:

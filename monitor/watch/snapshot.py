@@ -12,7 +12,8 @@ from monitor.watch.state import WatchState
 
 def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, last_progress: dict,
                    last_batch: float, up: bool, state_bytes: int, batch_seconds: dict | None = None,
-                   save_failures: dict | None = None) -> WatchSnapshot:
+                   save_failures: dict | None = None, trigger_seconds: dict | None = None,
+                   triggers: int = 0) -> WatchSnapshot:
     ck = st.checker
     violations = dict(ck.counts)
     for (inv, iso), n in st.liveness.items():  # liveness is about availability, not what a setting allows
@@ -38,7 +39,7 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         e2e_counts={k: v.tolist() for k, v in st.e2e_counts.items()}, e2e_sum=dict(st.e2e_sum),
         lag=lag, last_progress=progress, last_batch=last_batch, up=int(up),
         restarts=st.restarts, led=led, stalls_open=dict(view.open_stalls), state_bytes=state_bytes,
-        batch_seconds=dict(batch_seconds or {}),
+        batch_seconds=dict(batch_seconds or {}), trigger_seconds=dict(trigger_seconds or {}), triggers=triggers,
         batches=st.batches, lost_by_writer=dict(ck.sink.lost_by_writer),
         rewrites={p: ck.offsets.rewrites.get((view.topic_id, p), 0) for p in range(view.partitions)},
         unconfirmed_missing=dict(ck.unconfirmed.missing),

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -434,3 +435,30 @@ def test_caught_up_gives_up_on_re_reads_that_cannot_be_made(runtime, monkeypatch
     began = time.monotonic()
     assert rt.wait_caught_up(timeout_s=10, reread_s=0.5)
     assert 0.5 <= time.monotonic() - began < 5 and lost(rt) == [0, 0]
+
+
+def test_with_the_re_fetch_thread_a_batch_returns_before_its_re_reads_and_they_follow(runtime, monkeypatch):
+    rt = runtime()
+    reading, release = threading.Event(), threading.Event()
+
+    def slow_read(topic, partition, lo, hi):  # a re-read that takes as long as the test says
+        reading.set()
+        assert release.wait(10)
+        return read_log_again(topic, partition, lo, hi)
+
+    monkeypatch.setattr(rt.refetcher, "read_both", slow_read)
+    rt.start_refetching()
+    try:
+        rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)  # returns while its re-read is still being made
+        assert reading.wait(10)
+        assert lost(rt) == [0, 0] and rt.state.batch_id == 0  # Spark's next trigger need not wait for it
+        release.set()
+        deadline = time.monotonic() + 10
+        while lost(rt) != [1, 1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lost(rt) == [1, 1]
+    finally:
+        release.set()
+        rt.stop.set()
+        rt.stop_refetching()
+    assert not rt._refetch_thread.is_alive()
