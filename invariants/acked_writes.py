@@ -337,8 +337,7 @@ class AckedWritesFamily:
     def forget(self, key: ViewKey, v: PartitionView) -> None:
         st = self.views.get(key)
         if st is not None:
-            for ident in [i for i, j in st.placed.items() if j.acked_at < v.forgotten_below]:
-                del st.placed[ident]
+            st.placed.drop_below(v.forgotten_below)
         self.expired["horizon"] += len(self.candidates.forget_below(key, v.forgotten_below))
 
     # -- topics that end -------------------------------------------------------------------

@@ -7,13 +7,38 @@ whole state after every micro-batch, so its durable form matters to every batch'
 ``[writer_id, inc, first_seq, first_offset, count, *same]`` stands for ``count`` rows
 ``(writer_id, inc, first_seq + i, first_offset + i, *same)``. Packing and unpacking are exact
 inverses up to row order (the rows are sets keyed by ``(writer_id, inc, seq)``).
+
+Most of that state does not change from one batch to the next: only the offsets near the
+frontier, and the few a re-read rewrote. So the runs are also kept per *chunk* of
+``DOC_CHUNK`` offsets (:class:`ChunkRuns`), dropped when a row of the chunk changes, and
+:func:`merge_runs` joins the chunks' runs into exactly what :func:`pack_runs` gives for all rows.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
+
+DOC_CHUNK = 1024  # offsets per chunk of cached runs
+_KEEP = [True]  # whether durable forms are kept between saves (off: every save computes all, the tests' reference)
+
+
+def keeping() -> bool:
+    """Whether the parts of the durable form kept since the last save may be used."""
+    return _KEEP[0]
+
+
+@contextmanager
+def computed_afresh() -> Iterator[None]:
+    """Within: every durable form is computed from the state itself, nothing kept is used (the
+    tests compare the two)."""
+    _KEEP[0] = False
+    try:
+        yield
+    finally:
+        _KEEP[0] = True
 
 
 def pack_runs(rows: Iterable[tuple]) -> list[list]:
@@ -45,3 +70,53 @@ def unpack_runs(runs: Iterable[list]) -> Iterator[tuple]:
     for wid, inc, seq, off, n, *same in runs:
         for i in range(n):
             yield (wid, inc, seq + i, off + i, *same)
+
+
+def merge_runs(runs: list[list]) -> list[list]:
+    """Runs of disjoint row sets (unique ``(writer_id, inc, seq)``), each set packed by
+    :func:`pack_runs`, as :func:`pack_runs` packs their union: sorted, and a run that the next one
+    continues (same writer and incarnation, next seq at the next offset, same other columns)
+    joined with it."""
+    out: list[list] = []
+    for run in sorted(runs, key=lambda r: (r[0], r[1], r[2], r[3])):
+        last = out[-1] if out else None
+        if (last is not None and last[0] == run[0] and last[1] == run[1] and last[2] + last[4] == run[2]
+                and last[3] + last[4] == run[3] and last[5:] == run[5:]):
+            out[-1] = [*last[:4], last[4] + run[4], *last[5:]]
+        else:
+            out.append(list(run))
+    return out
+
+
+class ChunkRuns:
+    """Runs per chunk of ``size`` offsets, kept until a row of the chunk changes."""
+
+    def __init__(self, size: int = DOC_CHUNK) -> None:
+        self.size = size
+        self.chunks: dict[int, list[list]] = {}
+
+    def changed(self, offset: int) -> None:
+        """A row at ``offset`` was added, removed or changed."""
+        self.chunks.pop(offset // self.size, None)
+
+    def changed_below(self, cut: int) -> None:
+        """Rows below ``cut`` were dropped (forgotten)."""
+        for c in [c for c in self.chunks if c * self.size < cut]:
+            del self.chunks[c]
+
+    def runs(self, lo: int, hi: int, rows_in: Callable[[int, int], Iterable[tuple]]) -> list[list]:
+        """The runs of every row with its offset in ``[lo, hi)``; ``rows_in(a, b)``: the rows with
+        offsets in ``[a, b)``, asked only for chunks not kept."""
+        out: list[list] = []
+        if hi <= lo:
+            return out
+        for c in range(lo // self.size, (hi - 1) // self.size + 1):
+            a, b = c * self.size, (c + 1) * self.size
+            whole = a >= lo and b <= hi and keeping()  # only whole chunks are kept: the frontier's grows, the lowest shrinks
+            got = self.chunks.get(c) if whole else None
+            if got is None:
+                got = pack_runs(rows_in(max(a, lo), min(b, hi)))
+                if whole:
+                    self.chunks[c] = got
+            out.extend(got)
+        return merge_runs(out)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.doc_runs import pack_runs, unpack_runs
+from invariants.doc_runs import ChunkRuns, merge_runs, pack_runs, unpack_runs
 from invariants.model import Ident, is_canary
 
 
@@ -34,6 +34,8 @@ class PartitionView:
     at: dict[int, Ident] = field(default_factory=dict)
     reads_of: dict[Ident, list[int]] = field(default_factory=dict)  # canary records only
     epoch: int = 0
+    # the durable form's runs of records read once, per chunk of offsets, until one of them changes
+    _doc_runs: ChunkRuns = field(default_factory=ChunkRuns, repr=False, compare=False)
 
     def record(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
         """Note a first read of offset ``off`` (at or above the frontier).
@@ -53,11 +55,14 @@ class PartitionView:
         if not is_canary(ident):
             return None, False
         prev = self.reads_of.get(ident)
+        self._doc_runs.changed(off)
         if prev is None:
             self.reads_of[ident] = [off]
             return None, True
         if off in prev:
             return prev, False
+        for o in prev:  # read at one offset no more
+            self._doc_runs.changed(o)
         prev.append(off)
         prev.sort()
         return prev, True
@@ -65,6 +70,8 @@ class PartitionView:
     def _drop(self, off: int, ident: Ident) -> None:
         offs = self.reads_of.get(ident)
         if offs is not None and off in offs:
+            for o in offs:  # the offset that stays may be the record's only one now
+                self._doc_runs.changed(o)
             offs.remove(off)
             if not offs:
                 del self.reads_of[ident]
@@ -110,6 +117,7 @@ class PartitionView:
                 if seen is not None and max(seen) < cut:
                     del self.reads_of[ident]
         self.forgotten_below = cut
+        self._doc_runs.changed_below(cut)
 
     def remembers(self, off: int) -> bool:
         """Whether ``off`` was read and is still remembered (offset 0 always is, once read)."""
@@ -123,12 +131,28 @@ class PartitionView:
         """Every canary record with all offsets it was read at: ``read_runs`` (run-length form,
         :mod:`invariants.doc_runs`) those read at one offset, ``reads`` the others; ``at`` is rebuilt
         from them: its canary entries are exactly those offsets not yet forgotten."""
-        once = [(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1]
+        lo = self.frontier if self.start is None else max(self.start, self.forgotten_below)
+        runs = self._doc_runs.runs(lo, self.frontier, self._read_once_in)
+        if sum(r[4] for r in runs) != sum(1 for offs in self.reads_of.values() if len(offs) == 1):
+            # records whose only offset left is one the horizon forgot (a re-read removed their other copy)
+            runs = merge_runs(runs + pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items()
+                                                if len(offs) == 1 and offs[0] < lo]))
         return {"start": self.start, "frontier": self.frontier, "forgotten_below": self.forgotten_below,
                 "zero": None if self.zero is None else list(self.zero), "epoch": self.epoch,
-                "read_runs": pack_runs(once),
+                "read_runs": runs,
                 "reads": [[*ident, *offs] for ident, offs in self.reads_of.items() if len(offs) != 1],
                 "foreign": [[off, *ident[1:]] for off, ident in self.at.items() if not is_canary(ident)]}
+
+    def _read_once_in(self, lo: int, hi: int) -> list[tuple]:
+        """``(writer_id, inc, seq, offset)`` of the canary records read at one offset only, in [lo, hi)."""
+        rows = []
+        for off in range(lo, hi):
+            ident = self.at.get(off)
+            if ident is not None and is_canary(ident):
+                offs = self.reads_of.get(ident)
+                if offs is not None and len(offs) == 1 and offs[0] == off:
+                    rows.append((*ident, off))
+        return rows
 
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> "PartitionView":

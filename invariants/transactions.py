@@ -80,6 +80,7 @@ from typing import Any, Callable, Container
 
 from invariants.accounting import TxnDecided, TxnWriteAcked
 from invariants.catalog import Invariant
+from invariants.doc_runs import keeping
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
 from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
@@ -131,6 +132,9 @@ class TxnTrack:
             self.undecided_writes -= 1
 
     def to_doc(self, t: ClassTable) -> dict[str, Any]:
+        return {**self.doc_without_class(), "cls": t.ref(self.cls)}
+
+    def doc_without_class(self) -> dict[str, Any]:
         return {"key": list(self.key), "writes": [list(w) for w in self.writes], "outcome": self.outcome.value,
                 "undecided_writes": self.undecided_writes, "acked": [[*w, o] for w, o in self.acked.items()],
                 "rc_reads": [[*w, o] for w, o in self.rc_reads.items()],
@@ -138,7 +142,7 @@ class TxnTrack:
                 "ru_reads": [list(w) for w in self.ru_reads], "judged": self.judged,
                 "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
                                                                     for k, f in self.decided_at.items()],
-                "partial_counted": self.partial_counted, "cls": t.ref(self.cls),
+                "partial_counted": self.partial_counted,
                 "decided": [list(w) for w in self.decided], "classed": self.classed,
                 "intended_abort": self.intended_abort, "size": self.size,
                 "indexes": [[*w, i] for w, i in self.indexes.items()], "reread": self.reread}
@@ -177,12 +181,25 @@ class TransactionsFamily:
         self.headed: set[TxnKey] = set()  # read by read_committed, not judged yet
         self.spans: dict[tuple[int, int, str, int], list[int]] = {}  # (writer, inc, topic, p) -> [lowest, highest] txn read
         self.intents_up_to: dict[tuple[int, int], int] = {}  # (writer, inc) -> highest txn id with an intent
+        # each transaction's durable form (without its class) as of the last save, until it changes:
+        # most are decided and judged, and only wait for the readers to pass a horizon
+        self._docs: dict[TxnKey, dict[str, Any]] = {}
 
     def track(self, tkey: TxnKey) -> TxnTrack:
+        """The transaction, to be changed (its durable form is made again at the next save)."""
+        self._docs.pop(tkey, None)
         t = self.txns.get(tkey)
         if t is None:
             t = self.txns[tkey] = TxnTrack(tkey)
         return t
+
+    def _changed(self, t: TxnTrack) -> TxnTrack:
+        self._docs.pop(t.key, None)
+        return t
+
+    def _drop(self, tkey: TxnKey) -> None:
+        del self.txns[tkey]
+        self._docs.pop(tkey, None)
 
     # -- ledger events ---------------------------------------------------------------------
 
@@ -265,18 +282,17 @@ class TransactionsFamily:
         """read_committed no longer finds a record it read: its transaction is judged again."""
         for t in self.txns.values():
             if t.rc_reads.get(wkey) == off:
-                del t.rc_reads[wkey]
+                del self._changed(t).rc_reads[wkey]
                 if t.judged and not t.partial_counted:
                     t.judged = False
                     self.judge_queue.add(t.key)
                     if not t.writes:  # judged by its headers: again so
                         self.headed.add(t.key)
 
-    @staticmethod
-    def _aborted_read(t: TxnTrack, wkey: WriteKey, off: int) -> list[Violation]:
+    def _aborted_read(self, t: TxnTrack, wkey: WriteKey, off: int) -> list[Violation]:
         if wkey in t.aborted_counted:
             return []
-        t.aborted_counted.add(wkey)
+        self._changed(t).aborted_counted.add(wkey)
         return [Violation(Invariant.ABORTED_READ, RC, wkey.topic_id, wkey.partition, (off,),
                           (wkey.writer_id, wkey.inc), wkey.seq, txn_id=t.key.txn_id,
                           durability=t.cls.txn.durability, reason=t.cls.txn.reason, writer_name=t.cls.writer)]
@@ -308,7 +324,7 @@ class TransactionsFamily:
                 continue
             if any(w.topic_id in gone for w in (*t.writes, *t.acked)):
                 self.judge_queue.discard(tkey)
-                del self.txns[tkey]
+                self._drop(tkey)
                 continue
             tops = t.max_acked()
             rc_past = all(view(RC, tid, p).frontier > top for (tid, p), top in tops.items())
@@ -317,7 +333,7 @@ class TransactionsFamily:
                 if any(unsettled(w.topic_id, w.partition, off) for w, off in missing):
                     continue  # what read_committed remembers there may be a log since rewritten
                 if missing and not t.reread:  # or what a reader fetched before it was: read again first
-                    t.reread = True
+                    self._changed(t).reread = True
                     for w, off in missing:
                         read_again(w.topic_id, w.partition, off)
                     continue
@@ -326,20 +342,21 @@ class TransactionsFamily:
                                for (tid, p), low in t.min_acked().items())
                 if readable and not t.intended_abort and partial_verdict(len(t.writes), visible, t.outcome):
                     tid, p = min(tops)
-                    t.partial_counted = True
+                    self._changed(t).partial_counted = True
                     out.append(Violation(Invariant.PARTIAL_TXN, RC, tid, p, tuple(sorted(tops.values())),
                                          (tkey.writer_id, tkey.inc), txn_id=tkey.txn_id,
                                          detail=f"{visible} of {len(t.writes)} records visible",
                                          durability=t.cls.txn.durability, reason=t.cls.txn.reason,
                                          writer_name=t.cls.writer))
-                t.judged = True
+                if not t.judged:
+                    self._changed(t).judged = True
             # Records of it may still be read (a write that timed out can have landed) or vanish (a
             # truncation): kept until both readers are a horizon past everything known of it.
             if ((t.outcome is not TxnOutcome.ABORTED and not rc_past) or (tkey in self.headed and not t.writes)
                     or not self._past_horizon(t, view)):
                 continue
             self.judge_queue.discard(tkey)
-            del self.txns[tkey]
+            self._drop(tkey)
         return out
 
     def judge_headers(self, partitions: Callable[[str], Container[int] | Any],
@@ -355,11 +372,11 @@ class TransactionsFamily:
                 self.headed.discard(tkey)  # gone, or its intent is known: judged as above
                 continue
             if not t.judged:
-                out.extend(judge_by_headers(t, self.intents_up_to, self.spans, partitions))
+                out.extend(judge_by_headers(self._changed(t), self.intents_up_to, self.spans, partitions))
             if read_past(t, view, self.horizon):
                 self.headed.discard(tkey)
                 self.judge_queue.discard(tkey)
-                del self.txns[tkey]
+                self._drop(tkey)
         return out
 
     def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:
@@ -368,16 +385,22 @@ class TransactionsFamily:
         for w, off in [*t.acked.items(), *t.rc_reads.items()]:
             known[w.part] = max(known.get(w.part, -1), off)
         if t.decided_at is None:
-            t.decided_at = {ViewKey(iso, *part): view(iso, *part).frontier for part in parts for iso in (RC, RU)}
+            self._changed(t).decided_at = {ViewKey(iso, *part): view(iso, *part).frontier for part in parts for iso in (RC, RU)}
         return all(view(iso, *part).frontier > max(known.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
                    + self.horizon for part in known for iso in (RC, RU))
 
     def to_doc(self, tab: ClassTable) -> dict[str, Any]:
-        return {"aborted_allowed": self.aborted_allowed, "txns": [t.to_doc(tab) for t in self.txns.values()],
+        return {"aborted_allowed": self.aborted_allowed, "txns": [self._doc(t, tab) for t in self.txns.values()],
                 "judge_queue": sorted(list(k) for k in self.judge_queue),
                 "headed": sorted(list(k) for k in self.headed),
                 "spans": [[*k, *v] for k, v in self.spans.items()],
                 "intents_up_to": [[*k, n] for k, n in self.intents_up_to.items()]}
+
+    def _doc(self, t: TxnTrack, tab: ClassTable) -> dict[str, Any]:
+        d = self._docs.get(t.key) if keeping() else None
+        if d is None:
+            d = self._docs[t.key] = t.doc_without_class()
+        return {**d, "cls": tab.ref(t.cls)}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], horizon: int, tab: ClassTable) -> "TransactionsFamily":

@@ -16,6 +16,7 @@ from typing import Any
 
 from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
+from invariants.doc_runs import computed_afresh
 from invariants.ledger_format import (
     Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome,
     WriteRange, WriterRef, WriterSettings, TopicSettings,
@@ -426,9 +427,18 @@ def build(partitions: int, incidents: list[tuple[str, int]], settle: int, rng: r
     return h
 
 
+def save(checker: Checker) -> dict:
+    """The checker's durable document, as the watch saves it after every batch: what the save kept
+    of the saves before must give exactly the document computed afresh."""
+    doc = checker.to_doc()
+    with computed_afresh():
+        assert doc == checker.to_doc()
+    return doc
+
+
 def restart(checker: Checker, settings: Settings) -> Checker:
     """A monitor restart: the checker saved as its durable document (through JSON) and loaded again."""
-    return Checker.from_doc(json.loads(json.dumps(checker.to_doc())), settings)
+    return Checker.from_doc(json.loads(json.dumps(save(checker))), settings)
 
 
 def run_live(h: History, settings: Settings, rng: random.Random, restart_p: float = 0.2,
@@ -472,6 +482,8 @@ def run_live(h: History, settings: Settings, rng: random.Random, restart_p: floa
             answer_refetches(checker, h.reads, rounds=1, found=found)
         if rng.random() < restart_p:
             checker = restart(checker, settings)
+        elif rng.random() < 0.5:
+            save(checker)
     found.extend(checker.settle())
     answer_refetches(checker, h.reads, found=found)
     return checker

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from invariants.doc_runs import pack_runs, unpack_runs
+from invariants.doc_runs import ChunkRuns, merge_runs, pack_runs, unpack_runs
+from invariants.acked_state import Judged, PlacedWrites
+from invariants.promises import GUARANTEED, ClassTable, WriteClass
+from invariants.read_index import PartitionView
 
 rows = st.lists(st.tuples(st.sampled_from([0, 1, 2**64 - 1]), st.integers(0, 1),
                           st.one_of(st.integers(0, 30), st.integers(2**64 - 3, 2**64 - 1)), st.integers(-1, 40),
@@ -24,3 +27,74 @@ def test_consecutive_seqs_at_consecutive_offsets_are_one_run():
                                          [8, 1, 2, 5004, 1, 3]]
     assert pack_runs([(7, 1, 0, 0, 5), (7, 1, 1, 1, 6)]) == [[7, 1, 0, 0, 1, 5], [7, 1, 1, 1, 1, 6]]
     assert pack_runs([]) == []
+
+
+@given(rows, st.lists(st.integers(0, 3), min_size=60, max_size=60))
+def test_runs_of_disjoint_sets_merged_are_the_runs_of_their_union(given_rows, groups):
+    parts: dict[int, list] = {}
+    for row, g in zip(given_rows, groups):
+        parts.setdefault(g, []).append(row)
+    assert merge_runs([run for part in parts.values() for run in pack_runs(part)]) == pack_runs(given_rows)
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("read"), st.integers(0, 3), st.integers(0, 12)),  # a first read of the next offsets
+    st.tuples(st.just("replace"), st.integers(0, 60), st.integers(0, 40)),  # 13-40: records not read yet
+    st.tuples(st.just("remove"), st.integers(0, 60), st.just(0)),
+    st.tuples(st.just("forget"), st.integers(5, 40), st.just(0)),
+    st.tuples(st.just("save"), st.just(0), st.just(0)),
+), max_size=80)
+
+
+def _ident(k: int) -> tuple:
+    return ("x", k, 9) if k == 12 else (k % 3, 1, k)  # a few writers' seqs; 12: a foreign record
+
+
+@settings(max_examples=500, deadline=None)
+@given(ops)
+@example([("read", 3, 2), ("replace", 3, 0)])  # a record read again where none was: its chunk changed
+@example([("read", 1, 4), ("read", 3, 0), ("read", 0, 0), ("forget", 5, 0), ("remove", 9, 0)])  # left: a forgotten offset
+def test_a_view_s_saved_runs_kept_per_chunk_are_those_of_all_its_records(given_ops):
+    v = PartitionView()
+    v._doc_runs = ChunkRuns(size=4)  # small chunks, so that most are whole and kept
+    for op, a, b in given_ops:
+        if op == "read":
+            for k in range(a + 1):  # now and then an offset without a record (a control record, a gap)
+                v.record(v.frontier + int((b + k) % 5 == 0), _ident((b + k) % 13))
+        elif op == "replace" and v.start is not None and v.start <= a < v.frontier:
+            v.replace(a, _ident(b))
+        elif op == "remove" and v.start is not None and v.start <= a < v.frontier:
+            v.remove(a)
+        elif op == "forget":
+            v.forget(a)
+        once = [(*ident, offs[0]) for ident, offs in v.reads_of.items() if len(offs) == 1]
+        assert v.to_doc()["read_runs"] == pack_runs(once)
+    assert PartitionView.from_doc(v.to_doc()).reads_of == v.reads_of
+
+
+placed_ops = st.lists(st.one_of(
+    st.tuples(st.just("set"), st.integers(0, 15), st.integers(0, 30), st.integers(0, 1)),  # seq, acked at, class
+    st.tuples(st.just("del"), st.integers(0, 15), st.just(0), st.just(0)),
+    st.tuples(st.just("drop_below"), st.integers(0, 30), st.just(0), st.just(0)),
+    st.tuples(st.just("save"), st.just(0), st.just(0), st.just(0)),
+), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(placed_ops)
+def test_placed_writes_saved_per_chunk_are_all_the_placed_writes(given_ops):
+    classes = [WriteClass("a", *[GUARANTEED] * 4), WriteClass("b", *[GUARANTEED] * 4)]
+    placed, model = PlacedWrites(size=4), {}
+    for op, seq, off, c in given_ops:
+        ident = (seq % 2, 1, seq)
+        if op == "set":
+            placed[ident] = model[ident] = Judged(off, off - seq % 3, classes[c])
+        elif op == "del" and ident in model:
+            del placed[ident], model[ident]
+        elif op == "drop_below":
+            placed.drop_below(seq)
+            model = {i: j for i, j in model.items() if j.acked_at >= seq}
+        t = ClassTable()
+        assert sorted(unpack_runs(placed.runs(t))) == sorted(
+            (*i, j.acked_at, j.late_below, t.ref(j.cls)) for i, j in model.items())
+        assert dict(placed.items()) == model and len(placed) == len(model)
