@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.doc_runs import ChunkRuns, merge_runs, pack_runs, unpack_runs
+from invariants.doc_runs import ChunkRuns, keeping, merge_runs, pack_runs, unpack_runs
 from invariants.model import Ident, is_canary
 
 
@@ -34,8 +34,12 @@ class PartitionView:
     at: dict[int, Ident] = field(default_factory=dict)
     reads_of: dict[Ident, list[int]] = field(default_factory=dict)  # canary records only
     epoch: int = 0
-    # the durable form's runs of records read once, per chunk of offsets, until one of them changes
+    # for the durable form, kept as the view changes: the runs of records read once, per chunk of
+    # offsets, until one of them changes; the records read at more than one offset; the offsets
+    # holding a foreign record
     _doc_runs: ChunkRuns = field(default_factory=ChunkRuns, repr=False, compare=False)
+    _multi: set[Ident] = field(default_factory=set, repr=False, compare=False)
+    _foreign: set[int] = field(default_factory=set, repr=False, compare=False)
 
     def record(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
         """Note a first read of offset ``off`` (at or above the frontier).
@@ -52,8 +56,11 @@ class PartitionView:
         return self._add(off, ident)
 
     def _add(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
+        """``ident`` now at ``off`` in ``at``: the index of where records were read follows."""
         if not is_canary(ident):
+            self._foreign.add(off)
             return None, False
+        self._foreign.discard(off)
         prev = self.reads_of.get(ident)
         self._doc_runs.changed(off)
         if prev is None:
@@ -65,6 +72,7 @@ class PartitionView:
             self._doc_runs.changed(o)
         prev.append(off)
         prev.sort()
+        self._multi.add(ident)
         return prev, True
 
     def _drop(self, off: int, ident: Ident) -> None:
@@ -73,6 +81,8 @@ class PartitionView:
             for o in offs:  # the offset that stays may be the record's only one now
                 self._doc_runs.changed(o)
             offs.remove(off)
+            if len(offs) < 2:
+                self._multi.discard(ident)
             if not offs:
                 del self.reads_of[ident]
 
@@ -95,6 +105,7 @@ class PartitionView:
         """A re-read covering ``off`` returned nothing there: what the view held is gone."""
         old = self.held(off)
         self.at.pop(off, None)
+        self._foreign.discard(off)
         if old is not None:
             self._drop(off, old)
             if off == 0:
@@ -116,8 +127,11 @@ class PartitionView:
                 seen = self.reads_of.get(ident)
                 if seen is not None and max(seen) < cut:
                     del self.reads_of[ident]
+                    self._multi.discard(ident)
         self.forgotten_below = cut
         self._doc_runs.changed_below(cut)
+        if self._foreign:
+            self._foreign = {off for off in self._foreign if off >= cut}
 
     def remembers(self, off: int) -> bool:
         """Whether ``off`` was read and is still remembered (offset 0 always is, once read)."""
@@ -131,17 +145,22 @@ class PartitionView:
         """Every canary record with all offsets it was read at: ``read_runs`` (run-length form,
         :mod:`invariants.doc_runs`) those read at one offset, ``reads`` the others; ``at`` is rebuilt
         from them: its canary entries are exactly those offsets not yet forgotten."""
-        lo = self.frontier if self.start is None else max(self.start, self.forgotten_below)
-        runs = self._doc_runs.runs(lo, self.frontier, self._read_once_in)
-        if sum(r[4] for r in runs) != sum(1 for offs in self.reads_of.values() if len(offs) == 1):
-            # records whose only offset left is one the horizon forgot (a re-read removed their other copy)
-            runs = merge_runs(runs + pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items()
-                                                if len(offs) == 1 and offs[0] < lo]))
+        if keeping():
+            multi, foreign = sorted(self._multi), sorted(self._foreign)
+            lo = self.frontier if self.start is None else max(self.start, self.forgotten_below)
+            runs = self._doc_runs.runs(lo, self.frontier, self._read_once_in)
+            if sum(r[4] for r in runs) != len(self.reads_of) - len(multi):
+                # records whose only offset left is one the horizon forgot (a re-read removed their other copy)
+                runs = merge_runs(runs + pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items()
+                                                    if len(offs) == 1 and offs[0] < lo]))
+        else:  # from the index itself
+            multi = sorted(ident for ident, offs in self.reads_of.items() if len(offs) != 1)
+            foreign = sorted(off for off, ident in self.at.items() if not is_canary(ident))
+            runs = pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1])
         return {"start": self.start, "frontier": self.frontier, "forgotten_below": self.forgotten_below,
                 "zero": None if self.zero is None else list(self.zero), "epoch": self.epoch,
-                "read_runs": runs,
-                "reads": [[*ident, *offs] for ident, offs in self.reads_of.items() if len(offs) != 1],
-                "foreign": [[off, *ident[1:]] for off, ident in self.at.items() if not is_canary(ident)]}
+                "read_runs": runs, "reads": [[*ident, *self.reads_of[ident]] for ident in multi],
+                "foreign": [[off, *self.at[off][1:]] for off in foreign]}
 
     def _read_once_in(self, lo: int, hi: int) -> list[tuple]:
         """``(writer_id, inc, seq, offset)`` of the canary records read at one offset only, in [lo, hi)."""
@@ -161,9 +180,12 @@ class PartitionView:
         for wid, inc, seq, *offs in [*d["reads"], *unpack_runs(d.get("read_runs", ()))]:
             ident = (wid, inc, seq)
             v.reads_of[ident] = offs
+            if len(offs) > 1:
+                v._multi.add(ident)
             for off in offs:
                 if off >= v.forgotten_below:
                     v.at[off] = ident
         for off, *digest in d["foreign"]:
             v.at[off] = ("x", *digest)
+            v._foreign.add(off)
         return v
