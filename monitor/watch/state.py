@@ -31,6 +31,7 @@ from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
 from invariants.errors import VigilError
 from invariants.model import Settings
+from monitor.metrics import E2E_BUCKETS, E2E_BUCKETS_BEFORE, rebucket
 
 STATE_FILE = "vigil-state.json"
 LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
@@ -76,6 +77,7 @@ class WatchState:
             "malformed": dict(self.malformed),
             "e2e": [[iso.value, [int(c) for c in counts], float(self.e2e_sum[iso])]
                     for iso, counts in self.e2e_counts.items()],
+            "e2e_bounds": list(E2E_BUCKETS),
             "evidence_bytes": self.evidence_bytes,
             "incidents": [[key, ident, seen] for key, (ident, seen) in self.incidents.items()],
             "restarts": self.restarts, "batches": self.batches, "last_batch_at": self.last_batch_at,
@@ -88,7 +90,10 @@ class WatchState:
         st.checker.fold.watched = frozenset(watched) if watched else None  # the configuration says what counts
         st.liveness = Counter({(Invariant(inv), Isolation(iso)): n for inv, iso, n in doc["liveness"]})
         st.malformed = Counter(doc["malformed"])
+        bounds = tuple(doc.get("e2e_bounds", E2E_BUCKETS_BEFORE))
         for iso, counts, total in doc["e2e"]:
+            if bounds != E2E_BUCKETS:  # saved by a version with other buckets: carried over
+                counts = rebucket(counts, bounds, E2E_BUCKETS)
             st.e2e_counts[Isolation(iso)] = np.array(counts, dtype=np.int64)
             st.e2e_sum[Isolation(iso)] = total
         st.evidence_bytes = doc["evidence_bytes"]

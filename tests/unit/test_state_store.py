@@ -52,3 +52,25 @@ def test_a_bad_state_file_is_an_error_never_a_silent_reset(tmp_path, content, wh
     (tmp_path / state_store.STATE_FILE).write_bytes(content)
     with pytest.raises(state_store.StateError, match=why):
         state_store.load(tmp_path, SETTINGS)
+
+
+def test_latencies_saved_over_the_buckets_before_are_carried_over_to_today_s(tmp_path):
+    import numpy as np
+
+    from invariants.catalog import Isolation
+    from monitor.metrics import E2E_BUCKETS, E2E_BUCKETS_BEFORE
+
+    st = state_store.WatchState(SETTINGS, batch_id=3)
+    st.add_e2e(Isolation.READ_COMMITTED, np.arange(1, len(E2E_BUCKETS) + 2), 9.5)
+    state_store.save(tmp_path, st)
+    doc = json.loads((tmp_path / state_store.STATE_FILE).read_bytes())
+    assert doc["e2e_bounds"] == list(E2E_BUCKETS)
+    old = list(range(1, len(E2E_BUCKETS_BEFORE) + 2))  # as a version without the bounds saved it
+    doc["e2e"] = [["read_committed", old, 9.5]]
+    del doc["e2e_bounds"]
+    (tmp_path / state_store.STATE_FILE).write_text(json.dumps(doc))
+    counts = state_store.load(tmp_path, SETTINGS).e2e_counts[Isolation.READ_COMMITTED].tolist()
+    assert len(counts) == len(E2E_BUCKETS) + 1 and sum(counts) == sum(old)
+    for i, bound in enumerate((*E2E_BUCKETS_BEFORE, float("inf"))):  # the same count at or below each old bound
+        j = len(E2E_BUCKETS) if bound == float("inf") else E2E_BUCKETS.index(bound)
+        assert sum(counts[:j + 1]) == sum(old[:i + 1])
