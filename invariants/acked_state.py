@@ -125,8 +125,15 @@ class PlacedWrites:
                 got = self._runs[c] = pack_runs((wid, inc, seq, j.acked_at, j.late_below, number(j.cls))
                                                 for (wid, inc, seq), j in chunk.items())
             out.extend(got)
-        refs = [t.ref(cls) for cls in self._classes]
-        return merge_runs([[*run[:6], refs[run[6]]] for run in out])
+        refs: dict[int, int] = {}  # in the order of the sorted runs: the same document whatever the chunks' order
+
+        def ref(n: int) -> int:
+            r = refs.get(n)
+            if r is None:
+                r = refs[n] = t.ref(self._classes[n])
+            return r
+
+        return [[*run[:6], ref(run[6])] for run in merge_runs(out)]
 
     def _number(self, cls: WriteClass) -> int:
         n = self._class_no.get(cls)

@@ -40,6 +40,9 @@ class PartitionView:
     _doc_runs: ChunkRuns = field(default_factory=ChunkRuns, repr=False, compare=False)
     _multi: set[Ident] = field(default_factory=set, repr=False, compare=False)
     _foreign: set[int] = field(default_factory=set, repr=False, compare=False)
+    # records left with offsets the horizon forgot only (a re-read removed the copy above it):
+    # never visited by `forget` again, so kept as they are
+    _forgotten: set[Ident] = field(default_factory=set, repr=False, compare=False)
 
     def record(self, off: int, ident: Ident) -> tuple[list[int] | None, bool]:
         """Note a first read of offset ``off`` (at or above the frontier).
@@ -73,6 +76,7 @@ class PartitionView:
         prev.append(off)
         prev.sort()
         self._multi.add(ident)
+        self._forgotten.discard(ident)
         return prev, True
 
     def _drop(self, off: int, ident: Ident) -> None:
@@ -85,6 +89,8 @@ class PartitionView:
                 self._multi.discard(ident)
             if not offs:
                 del self.reads_of[ident]
+            elif max(offs) < self.forgotten_below:
+                self._forgotten.add(ident)
 
     def replace(self, off: int, ident: Ident) -> Ident | None:
         """A re-read found ``ident`` at ``off`` (below the frontier); returns what the view held
@@ -149,10 +155,12 @@ class PartitionView:
             multi, foreign = sorted(self._multi), sorted(self._foreign)
             lo = self.frontier if self.start is None else max(self.start, self.forgotten_below)
             runs = self._doc_runs.runs(lo, self.frontier, self._read_once_in)
-            if sum(r[4] for r in runs) != len(self.reads_of) - len(multi):
-                # records whose only offset left is one the horizon forgot (a re-read removed their other copy)
-                runs = merge_runs(runs + pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items()
-                                                    if len(offs) == 1 and offs[0] < lo]))
+            below = [(*ident, offs[0]) for ident in self._forgotten
+                     if len(offs := self.reads_of.get(ident, ())) == 1 and offs[0] < lo]
+            if below:
+                runs = merge_runs(runs + pack_runs(below))
+            if sum(r[4] for r in runs) != len(self.reads_of) - len(multi):  # (never seen: the walk, to be exact)
+                runs = pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1])
         else:  # from the index itself
             multi = sorted(ident for ident, offs in self.reads_of.items() if len(offs) != 1)
             foreign = sorted(off for off, ident in self.at.items() if not is_canary(ident))
@@ -182,6 +190,8 @@ class PartitionView:
             v.reads_of[ident] = offs
             if len(offs) > 1:
                 v._multi.add(ident)
+            if max(offs) < v.forgotten_below:
+                v._forgotten.add(ident)
             for off in offs:
                 if off >= v.forgotten_below:
                     v.at[off] = ident

@@ -91,7 +91,6 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
             q.stop()
         runtime.prober.join(10)
         runtime.stop_refetching()
-        runtime.refetcher.close()
         spark.stop()
 
 

@@ -16,6 +16,7 @@ wanted.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,9 +37,10 @@ class RangeRead:
 
 
 class Refetcher:
-    def __init__(self, cfg: Config, budget_s: float = 3.0) -> None:
+    def __init__(self, cfg: Config, budget_s: float = 3.0, stop: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.budget_s = budget_s
+        self.stop = stop or threading.Event()  # set: nothing more is read (the monitor is stopping)
         self._consumers: dict[Isolation, Any] = {}
 
     def _consumer(self, iso: Isolation) -> Any:
@@ -49,6 +51,8 @@ class Refetcher:
         return c
 
     def read(self, iso: Isolation, topic: str, partition: int, lo: int, hi: int) -> RangeRead:
+        if self.stop.is_set():
+            return RangeRead([], lo, lo)  # nothing covered: the range stays wanted
         c = self._consumer(iso)
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.budget_s)
         lo, hi = max(lo, low), min(hi, high)  # above the end: nothing to read (a consumer would start over at the log start)
@@ -59,7 +63,7 @@ class Refetcher:
         reached = lo
         deadline = time.monotonic() + self.budget_s
         try:
-            while reached < hi and time.monotonic() < deadline:
+            while reached < hi and time.monotonic() < deadline and not self.stop.is_set():
                 for msg in c.consume(1000, 0.2):
                     err = msg.error()
                     if err is not None:

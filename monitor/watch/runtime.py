@@ -87,7 +87,7 @@ class WatchRuntime:
         self.certificates = CertificateWatch(cfg, self.stop)
         self.credentials = CredentialWatch(cfg, self.stop)
         self.topics = TopicDirectory(cfg, self.prober, lambda tid: self.state.checker.topics.name_of(tid))
-        self.refetcher = Refetcher(cfg)
+        self.refetcher = Refetcher(cfg, stop=self.stop)
         self._refetching = threading.Lock()
         self._refetch_wake = threading.Event()
         self._refetch_thread: threading.Thread | None = None
@@ -209,9 +209,18 @@ class WatchRuntime:
             self._refetch_thread.start()
 
     def stop_refetching(self, timeout_s: float = 10.0) -> None:
+        """After ``stop`` was set: the re-fetch thread ends (a read under way stops at its next poll),
+        then the re-fetcher's consumers are closed — never while a read still uses them."""
         self._refetch_wake.set()
         if self._refetch_thread is not None:
             self._refetch_thread.join(timeout_s)
+        if self._refetching.acquire(timeout=timeout_s):  # no read under way (wait_caught_up reads too)
+            try:
+                self.refetcher.close()
+            finally:
+                self._refetching.release()
+        else:
+            self.progress("a re-fetch did not end in time: its consumers are left to the process's exit")
 
     def wake_refetches(self) -> None:
         """A batch or a prober round may have left ranges to read again: read them now (in the
@@ -256,8 +265,8 @@ class WatchRuntime:
                         self._refetch_failed[(w.topic_id, w.partition)] = time.monotonic() + REFETCH_RETRY_S
                         self.progress(f"re-fetch of {name}[{w.partition}] {w.lo}-{w.hi} failed: "
                                       f"{type(exc).__name__}: {exc}")
-            if not results:
-                return
+            if not results or self.stop.is_set():
+                return  # stopping: what was read stays wanted, and is read again after a restart
             with self.lock:
                 ck = self.state.checker
                 try:

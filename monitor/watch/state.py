@@ -10,7 +10,7 @@ batches) are saved the same way before they are exported.
 The file is a versioned JSON document (``vigil-state.json``, ``{"format": "vigil-watch-state",
 "version": N, ...}``) written field by field from the objects it describes
 (:meth:`WatchState.to_doc`), never a pickle of them. A state of another version is refused
-with a message naming both versions; version 1 (``vigil-state.pkl``, a pickle written by Vigil
+with a message naming both versions (version 3, the one before, is read and saved as this one); version 1 (``vigil-state.pkl``, a pickle written by Vigil
 0.1) cannot be read by this version.
 """
 
@@ -36,7 +36,8 @@ from monitor.metrics import E2E_BUCKETS, E2E_BUCKETS_BEFORE, rebucket
 STATE_FILE = "vigil-state.json"
 LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
 STATE_FORMAT = "vigil-watch-state"
-STATE_VERSION = 3
+STATE_VERSION = 4  # 4: the latency histogram's bounds saved with it (finer buckets); 3 is read and carried over
+READS_VERSIONS = (3, STATE_VERSION)
 # the recovery command, named by every error about a damaged state
 REBUILD_HINT = ("rebuild it with `vigil state rebuild` (its counts come back from the evidence, the rest from "
                 "reading the retained logs again; see docs/runbooks.md#a-damaged-checker-state)")
@@ -123,7 +124,7 @@ def load(directory: Path, settings: Settings, watched: tuple[str, ...] = ()) -> 
         raise StateError(f"{path}: unreadable checker state ({exc}); {REBUILD_HINT}") from None
     if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
         raise StateError(f"{path}: not a Vigil checker state; {REBUILD_HINT}")
-    if doc.get("version") != STATE_VERSION:
+    if doc.get("version") not in READS_VERSIONS:
         raise StateError(f"{path}: checker state version {doc.get('version')!r} cannot be read by this version "
                          f"(state version {STATE_VERSION}); move {directory} away to start a new history")
     try:

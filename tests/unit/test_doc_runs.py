@@ -98,6 +98,29 @@ def test_placed_writes_saved_per_chunk_are_all_the_placed_writes(given_ops):
             placed.drop_below(seq)
             model = {i: j for i, j in model.items() if j.acked_at >= seq}
         t = ClassTable()
-        assert sorted(unpack_runs(placed.runs(t))) == sorted(
-            (*i, j.acked_at, j.late_below, t.ref(j.cls)) for i, j in model.items())
+        runs = placed.runs(t)
+        assert set(t.classes) == {j.cls for j in model.values()}  # no class of a write dropped since
+        assert sorted(unpack_runs(runs)) == sorted((*i, j.acked_at, j.late_below, t.ref(j.cls)) for i, j in model.items())
         assert dict(placed.items()) == model and len(placed) == len(model)
+
+
+def test_a_record_left_with_a_forgotten_offset_only_is_saved_without_walking_the_whole_view(monkeypatch):
+    import invariants.read_index as read_index
+
+    v = PartitionView()
+    for off in range(30):
+        v.record(off, (1, 0, 5 if off == 20 else off))  # (1, 0, 5) read at 5 and again at 20
+    v.forget(20)  # offset 5 forgotten, the copy at 20 kept
+    v.remove(20)  # a re-read finds nothing at 20: (1, 0, 5) is left with its forgotten offset
+    for off in range(30, 5000):
+        v.record(off, (1, 0, off))
+    v.forget(100)
+    assert v.reads_of[(1, 0, 5)] == [5]  # kept, as before
+    walks = []
+    real = read_index.pack_runs
+    monkeypatch.setattr(read_index, "pack_runs", lambda rows: walks.append(len(rows)) or real(rows))
+    kept = v.to_doc()
+    assert walks == [1]  # only that record packed, not the whole view
+    with computed_afresh():
+        assert kept == v.to_doc()
+    assert PartitionView.from_doc(kept).reads_of == v.reads_of

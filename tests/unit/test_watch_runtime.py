@@ -462,3 +462,30 @@ def test_with_the_re_fetch_thread_a_batch_returns_before_its_re_reads_and_they_f
         rt.stop.set()
         rt.stop_refetching()
     assert not rt._refetch_thread.is_alive()
+
+
+def test_stopping_closes_the_re_fetcher_only_after_its_read_under_way_ended_and_applies_nothing(runtime, monkeypatch):
+    rt = runtime()
+    reading, active, events = threading.Event(), [], []
+
+    def read_until_stopped(topic, partition, lo, hi):  # a read that ends at its next poll after the stop
+        active.append(1)
+        reading.set()
+        while not rt.stop.wait(0.05):
+            pass
+        time.sleep(0.3)
+        events.append("read ended")
+        active.pop()
+        return read_log_again(topic, partition, lo, hi)
+
+    monkeypatch.setattr(rt.refetcher, "read_both", read_until_stopped)
+    monkeypatch.setattr(rt.refetcher, "close", lambda: events.append("closed while reading" if active else "closed"))
+    rt.start_refetching()
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    assert reading.wait(10)
+    rt.stop.set()
+    rt.stop_refetching(timeout_s=0.1)  # the read outlasts the wait: its consumers are not closed under it
+    assert events == []
+    rt.stop_refetching()
+    assert events == ["read ended", "closed"]
+    assert lost(rt) == [0, 0] and rt.state.checker.refetch_wanted()  # not applied: still to be read again
