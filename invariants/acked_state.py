@@ -61,8 +61,7 @@ class PlacedWrites:
         self._by_ident: dict[Ident, Judged] = {}
         self._chunks: dict[int, dict[Ident, Judged]] = {}  # acked offset // size -> its writes
         self._runs: dict[int, list[list]] = {}  # chunk -> runs with local class numbers, until it changes
-        self._class_no: dict[WriteClass, int] = {}
-        self._classes: list[WriteClass] = []
+        self._classes = ClassTable()  # the local class numbers (the saved document has its own)
 
     def get(self, ident: Ident) -> Judged | None:
         return self._by_ident.get(ident)
@@ -116,7 +115,7 @@ class PlacedWrites:
         def number(cls: WriteClass) -> int:
             n = numbers.get(id(cls))
             if n is None:
-                n = numbers[id(cls)] = self._number(cls)
+                n = numbers[id(cls)] = self._classes.ref(cls)
             return n
 
         for c, chunk in self._chunks.items():
@@ -130,17 +129,10 @@ class PlacedWrites:
         def ref(n: int) -> int:
             r = refs.get(n)
             if r is None:
-                r = refs[n] = t.ref(self._classes[n])
+                r = refs[n] = t.ref(self._classes.get(n))
             return r
 
         return [[*run[:6], ref(run[6])] for run in merge_runs(out)]
-
-    def _number(self, cls: WriteClass) -> int:
-        n = self._class_no.get(cls)
-        if n is None:
-            n = self._class_no[cls] = len(self._classes)
-            self._classes.append(cls)
-        return n
 
 
 @dataclass

@@ -160,15 +160,19 @@ class PartitionView:
             if below:
                 runs = merge_runs(runs + pack_runs(below))
             if sum(r[4] for r in runs) != len(self.reads_of) - len(multi):  # (never seen: the walk, to be exact)
-                runs = pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1])
+                runs = self._read_once_runs()
         else:  # from the index itself
             multi = sorted(ident for ident, offs in self.reads_of.items() if len(offs) != 1)
             foreign = sorted(off for off, ident in self.at.items() if not is_canary(ident))
-            runs = pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1])
+            runs = self._read_once_runs()
         return {"start": self.start, "frontier": self.frontier, "forgotten_below": self.forgotten_below,
                 "zero": None if self.zero is None else list(self.zero), "epoch": self.epoch,
                 "read_runs": runs, "reads": [[*ident, *self.reads_of[ident]] for ident in multi],
                 "foreign": [[off, *self.at[off][1:]] for off in foreign]}
+
+    def _read_once_runs(self) -> list[list]:
+        """The runs of every canary record read at one offset only, from a walk of the whole index."""
+        return pack_runs([(*ident, offs[0]) for ident, offs in self.reads_of.items() if len(offs) == 1])
 
     def _read_once_in(self, lo: int, hi: int) -> list[tuple]:
         """``(writer_id, inc, seq, offset)`` of the canary records read at one offset only, in [lo, hi)."""

@@ -131,10 +131,9 @@ class TxnTrack:
         if wkey in self.writes and self.undecided_writes > 0 and wkey not in self.acked and wkey not in self.decided:
             self.undecided_writes -= 1
 
-    def to_doc(self, t: ClassTable) -> dict[str, Any]:
-        return {**self.doc_without_class(), "cls": t.ref(self.cls)}
-
     def doc_without_class(self) -> dict[str, Any]:
+        """The durable form but its class, whose reference is the saved document's
+        (:meth:`TransactionsFamily._doc` adds it)."""
         return {"key": list(self.key), "writes": [list(w) for w in self.writes], "outcome": self.outcome.value,
                 "undecided_writes": self.undecided_writes, "acked": [[*w, o] for w, o in self.acked.items()],
                 "rc_reads": [[*w, o] for w, o in self.rc_reads.items()],
