@@ -46,6 +46,7 @@ class Scope(str, enum.Enum):
 class Severity(str, enum.Enum):
     CRITICAL = "critical"
     WARNING = "warning"
+    INFO = "info"  # a measurement of behaviour Kafka allows: a dashboard panel, never a page
 
 
 class Invariant(str, enum.Enum):
@@ -62,6 +63,7 @@ class Invariant(str, enum.Enum):
     LSO_STUCK = "lso_stuck"
     PRODUCER_STALLED = "producer_stalled"
     OUTCOME_GAP = "outcome_gap"
+    G0_WRITE_CYCLE = "g0_write_cycle"
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,10 @@ CATALOG: dict[Invariant, InvariantInfo] = {
         InvariantInfo(
             Invariant.OUTCOME_GAP, Severity.CRITICAL, Scope.WRITER,
             "the outcome ledger of a writer has a gap in its own numbering",
+        ),
+        InvariantInfo(
+            Invariant.G0_WRITE_CYCLE, Severity.INFO, Scope.READ_COMMITTED,
+            "two transactions in opposite orders on two partitions (G0; Kafka allows it, counted, never paged)",
         ),
     )
 }

@@ -4,8 +4,9 @@ It keeps what every family judges against — the ledger fold and, per reader, t
 partition, the reader's current view of the log (:class:`~invariants.read_index.PartitionView`)
 — and dispatches observations to the families, each of which holds its own spec, state and
 verdicts: acked writes (:mod:`invariants.acked_writes`), sequence (:mod:`invariants.sequence`),
-offsets (:mod:`invariants.offsets`), transactions (:mod:`invariants.transactions`), unconfirmed
-writes (:mod:`invariants.unconfirmed`) and accounting (:mod:`invariants.accounting`).
+offsets (:mod:`invariants.offsets`), transactions (:mod:`invariants.transactions`), write cycles
+(:mod:`invariants.write_cycles`), unconfirmed writes (:mod:`invariants.unconfirmed`) and accounting
+(:mod:`invariants.accounting`).
 
 Observations arrive in any interleaving of ledger entries and reads. Reads at or above a
 reader's frontier extend its view; reads below it (Spark resuming lower after a truncation, or a
@@ -58,6 +59,7 @@ from invariants.topic_lifecycle import TopicLifecycle
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
+from invariants.write_cycles import WriteCyclesFamily
 
 
 
@@ -85,6 +87,7 @@ class Checker(TopicLifecycle):
         self.offsets = OffsetsFamily(self.class_of)
         self.txns = TransactionsFamily(self.settings.horizon_offsets)
         self.unconfirmed = UnconfirmedFamily(self.settings.settle_offsets)
+        self.cycles = WriteCyclesFamily()
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
@@ -216,8 +219,11 @@ class Checker(TopicLifecycle):
         self.sink.extend(self.acked.on_read(key, v, r.offset, wkey))
         self.unconfirmed.on_read(key, (wkey.writer_id, wkey.inc), wkey.seq)
         if r.txn_id:
-            self.sink.extend(self.txns.on_read(key.iso, TxnKey(wkey.writer_id, wkey.inc, r.txn_id), wkey, r.offset,
-                                                   r.intended_abort, r.txn_size, r.txn_index))
+            tkey = TxnKey(wkey.writer_id, wkey.inc, r.txn_id)
+            self.sink.extend(self.txns.on_read(key.iso, tkey, wkey, r.offset, r.intended_abort, r.txn_size,
+                                               r.txn_index))
+            if key.iso is RC:
+                self.cycles.on_read(tkey, key.topic_id, key.partition, r.offset, r.intended_abort)
 
     def _read_again(self, key: ViewKey, v: PartitionView, other: PartitionView | None, reads: list[Read],
                     lo: int, hi: int) -> None:
@@ -282,6 +288,7 @@ class Checker(TopicLifecycle):
                                          lambda tid, p, off: self.suspect(tid, p, off, off + 1)))
         self.sink.extend(self.txns.judge_headers(
             lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}, self.view))
+        self.sink.extend(self.cycles.judge())
         for key in self._dirty:
             v = self.views[key]
             cut = v.frontier - self.settings.horizon_offsets
@@ -293,6 +300,8 @@ class Checker(TopicLifecycle):
             self.acked.forget(key, v)
             self.sequence.forget(key, v)
             self.offsets.forget(key, v)
+            if key.iso is RC:
+                self.cycles.forget(key.topic_id, key.partition, v.forgotten_below)
             if key in self.suspects:
                 self.suspects[key] = subtract(self.suspects[key], 0, v.forgotten_below)
         self._dirty.clear()

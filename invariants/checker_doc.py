@@ -18,6 +18,7 @@ from invariants.read_index import PartitionView
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
+from invariants.write_cycles import WriteCyclesFamily
 
 DOC_VERSION = 4
 
@@ -47,6 +48,7 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "offsets": ck.offsets.to_doc(),
         "txns": ck.txns.to_doc(t),
         "unconfirmed": ck.unconfirmed.to_doc(),
+        "cycles": ck.cycles.to_doc(),
         "topics": ck.topics.to_doc(),
         "recorded_log_start": [[tid, p, off] for (tid, p), off in ck.recorded_log_start.items()],
         "current_ids": ck.current_ids,
@@ -82,6 +84,7 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     ck.offsets = OffsetsFamily.from_doc(doc["offsets"], ck.class_of)
     ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets, t)
     ck.unconfirmed = UnconfirmedFamily.from_doc(doc["unconfirmed"], settings.settle_offsets)
+    ck.cycles = WriteCyclesFamily.from_doc(doc.get("cycles"))  # absent before write cycles were judged
     ck.topics = TopicAttribution.from_doc(doc["topics"])
     ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
     ck.current_ids = dict(doc["current_ids"])

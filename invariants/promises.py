@@ -33,6 +33,8 @@ The class depends on the invariant, not only on the writer:
   no unclean election), else ``at_risk`` (a lossy topic can tear a transaction).
 * **outcome_gap** and the liveness invariants are about the ledger and availability, not about
   what the canary topic's configuration allows: ``guaranteed``.
+* **g0_write_cycle**: Kafka makes no promise that concurrent transactions are ordered alike on
+  every partition: always ``at_risk``, reason ``kafka_allows`` (:mod:`invariants.write_cycles`).
 
 The class is that of the settings in force when the write was made (the writer's latest
 observation before its intent), so the live checker and the audit, which read the same
@@ -62,6 +64,7 @@ class Promise:
 
 GUARANTEED = Promise(Durability.GUARANTEED)
 UNKNOWN = Promise(Durability.UNKNOWN, "topic settings not observed")
+KAFKA_ALLOWS = Promise(Durability.AT_RISK, "kafka_allows")  # no setting makes Kafka promise otherwise
 
 
 def _topic_weakness(topic: TopicSettings) -> str:

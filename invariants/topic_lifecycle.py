@@ -65,6 +65,7 @@ class TopicLifecycle:
             self.sequence.forget_topic(tid)
             self.offsets.forget_topic(tid)
             self.unconfirmed.forget_topic(tid)
+            self.cycles.forget_topic(tid)
             self.max_acked = {k: v for k, v in self.max_acked.items() if k[2] != tid}
             self.log_start = {k: v for k, v in self.log_start.items() if k[0] != tid}
 

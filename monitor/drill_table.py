@@ -24,12 +24,17 @@ partial_txn        a transaction recorded as committed with two records; only  p
 outcome_gap        ledger entry numbers skipped                                outcome_gap (none) per entry
 lso_stuck          a transaction left open on a partition for --hold seconds,  lso_stuck (rc) per partition
                    then aborted
+g0_write_cycle     two transactions open at once, each writing this partition  g0_write_cycle (rc), info
+                   and the next, in opposite orders on the two; both committed
 =================  ==========================================================  ==========================
 
 Side effects that are not violations: the honest cover records are ordinary canary writes;
 ``read_uncommitted`` sees the ``aborted_read`` drill's records as aborted-and-visible
 (allowed, counted); an ``lso_stuck`` drill holds back ``read_committed`` reads of that
-partition, so the ``unseen`` gauge may rise until the transaction ends.
+partition, so the ``unseen`` gauge may rise until the transaction ends. A ``g0_write_cycle``
+drill's transactions stay open for four round trips: a canary transaction written meanwhile on the
+same two partitions can be ordered against them both ways too — a real write cycle Kafka allows,
+counted as well (the drill's own cycles are the ones between its two transactions).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ DRILL_TABLE: dict[str, tuple[Effect, ...]] = {
     "partial_txn": (Effect(Invariant.PARTIAL_TXN, RC),),
     "outcome_gap": (Effect(Invariant.OUTCOME_GAP, NONE),),
     "lso_stuck": (Effect(Invariant.LSO_STUCK, RC),),
+    "g0_write_cycle": (Effect(Invariant.G0_WRITE_CYCLE, RC),),
 }
 
 DRILL_KINDS = tuple(DRILL_TABLE)

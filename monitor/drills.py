@@ -73,7 +73,8 @@ class _Drill:
         # A drill plays a broker that breaks a promise: it announces the strongest settings, so what it
         # injects is classed (and pages) as a broken promise on a durable topic.
         settings = WriterSettings(name=kind, role="drill", acks="all", idempotence=True,
-                                  transactional=kind in ("aborted_read", "partial_txn", "lso_stuck"))
+                                  transactional=kind in ("aborted_read", "partial_txn", "lso_stuck",
+                                                         "g0_write_cycle"))
         self.ledger.append(Start(self.topic.name, self.topic.topic_id, self.topic.partitions, settings,
                                  clients.topic_settings(clients.admin(config), self.topic)), sync=True)
 
@@ -242,6 +243,40 @@ def _partial_txn(d: _Drill, count: int) -> None:
                                   "missing_seq": phantom})
 
 
+def _g0_write_cycle(d: _Drill, count: int) -> None:
+    """Per unit, two transactions open at once (two transactional producers), each writing one
+    record to this partition and one to the next, waiting for each record's offset: A then B here,
+    B then A there; both committed. Real Kafka allows it; the records are honest (seqs in the
+    order written on each partition, all acked, both transactions committed)."""
+    if d.topic.partitions < 2:
+        raise DrillError(f"g0_write_cycle needs two partitions; {d.topic.name} has one")
+    p, q = d.partition, (d.partition + 1) % d.topic.partitions
+    producers = [_transactional_producer(d, suffix) for suffix in ("a", "b")]
+    flags = record_format.FLAG_TRANSACTIONAL
+    for unit in range(count):
+        txn_a, txn_b = 2 * unit + 1, 2 * unit + 2
+        a_p, b_p, b_q, a_q = d.seqs(4)  # in the order they are written
+        for txn_id, sp, sq in ((txn_a, a_p, a_q), (txn_b, b_p, b_q)):
+            d.ledger.append(Intent(d.topic.topic_id, (WriteRange(p, sp, 1), WriteRange(q, sq, 1)),
+                                   TxnInfo(txn_id, 2, False)), sync=True)
+        for producer in producers:
+            producer.begin_transaction()
+        pa, pb = producers
+        offsets = {"a_p": d.write(d.record(a_p, flags, txn_a, 2, 0), pa, p),
+                   "b_p": d.write(d.record(b_p, flags, txn_b, 2, 0), pb, p),
+                   "b_q": d.write(d.record(b_q, flags, txn_b, 2, 1), pb, q),
+                   "a_q": d.write(d.record(a_q, flags, txn_a, 2, 1), pa, q)}
+        for producer in producers:
+            producer.commit_transaction(30)
+        d.outcomes([(a_p, WriteOutcome.ACKED, offsets["a_p"]), (b_p, WriteOutcome.ACKED, offsets["b_p"])], p)
+        d.outcomes([(b_q, WriteOutcome.ACKED, offsets["b_q"]), (a_q, WriteOutcome.ACKED, offsets["a_q"])], q)
+        for txn_id in (txn_a, txn_b):
+            d.ledger.append(TxnEnd(txn_id, TxnOutcome.COMMITTED), sync=True)
+        d.report.injected.append({"txn_ids": [txn_a, txn_b], "partitions": [p, q],
+                                  "offsets_a": [offsets["a_p"], offsets["a_q"]],
+                                  "offsets_b": [offsets["b_p"], offsets["b_q"]]})
+
+
 def _outcome_gap(d: _Drill, count: int) -> None:
     first_missing = d.ledger.next_n
     d.ledger.append(Stop(), sync=True, skip=count)
@@ -291,6 +326,7 @@ def run_drill(config: Config, topics: Topics, kind: str, count: int, partition: 
                 "lost_write": _lost_write, "duplicate": _duplicate, "reorder": _reorder,
                 "zero_offset": _zero_offset, "offset_mismatch": _offset_mismatch,
                 "aborted_read": _aborted_read, "partial_txn": _partial_txn, "outcome_gap": _outcome_gap,
+                "g0_write_cycle": _g0_write_cycle,
             }[kind](drill, count)
         if kind != "outcome_gap":
             drill.finish()

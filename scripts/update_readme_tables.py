@@ -9,7 +9,7 @@ from monitor.config_reference import reference_markdown
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 INVARIANTS_DOC = ROOT / "docs" / "invariants.md"
-FAMILIES = ("acked_writes", "sequence", "offsets", "transactions", "liveness", "accounting", "unconfirmed", "promises",
+FAMILIES = ("acked_writes", "sequence", "offsets", "transactions", "write_cycles", "liveness", "accounting", "unconfirmed", "promises",
             "confirm")
 
 

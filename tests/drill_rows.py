@@ -18,6 +18,7 @@ DRILL_ROWS: dict[str, dict[tuple[str, str], int]] = {
     "partial_txn": {("partial_txn", RC): 1},
     "outcome_gap": {("outcome_gap", NONE): 1},
     "lso_stuck": {("lso_stuck", RC): 1},
+    "g0_write_cycle": {("g0_write_cycle", RC): 1},
 }
 
 

@@ -22,6 +22,8 @@ audit by the write's own class). Where they differ, the live evidence shows what
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -29,7 +31,7 @@ from typing import Any, Iterable
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import LedgerEntry, TxnOutcome, WriteOutcome
 from invariants.model import Durability, TxnKey, WriteKey, lost_cause
-from invariants.promises import GUARANTEED, UNKNOWN, Promise
+from invariants.promises import GUARANTEED, KAFKA_ALLOWS, UNKNOWN, Promise
 from monitor.audit.book import LedgerBook
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
@@ -40,7 +42,7 @@ Reads = dict[Isolation, dict[tuple[str, int], list[tuple]]]
 HISTORY_INVARIANTS = (
     Invariant.LOST_WRITE, Invariant.DUPLICATE, Invariant.REORDER, Invariant.ZERO_OFFSET,
     Invariant.OFFSET_MISMATCH, Invariant.INCONSISTENT_OFFSET, Invariant.ABORTED_READ,
-    Invariant.PARTIAL_TXN, Invariant.OUTCOME_GAP,
+    Invariant.PARTIAL_TXN, Invariant.OUTCOME_GAP, Invariant.G0_WRITE_CYCLE,
 )
 
 
@@ -118,8 +120,49 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
     _acked_writes(res, book, at, where, settle, log_start, book.gone(topic_ids_now))
     _unconfirmed(res, book, where, settle)
     _transactions(res, book, reads, at, log_start)
+    _write_cycles(res, reads.get(RC, {}))
     res.writers_joined_mid_stream = sum(1 for w in book.writers.values() if w.watched and w.joined_mid_stream)
     return res
+
+
+def _write_cycles(res: AuditResult, rc_reads: dict[tuple[str, int], list[tuple]]) -> None:
+    """``g0_write_cycle``: per pair of partitions of a topic, the transactions read on both, in
+    their order on the first; a pair whose order on the second is the opposite is a cycle, counted
+    once per pair of transactions (whichever partitions show it)."""
+    first: dict[tuple[str, int], dict[TxnKey, int]] = defaultdict(dict)  # the lowest offset read per txn
+    for (tid, p), recs in rc_reads.items():
+        for rec in recs:
+            off, ident, txn_id = rec[:3]
+            if txn_id and ident[0] != "x" and not (len(rec) > 3 and rec[3]):
+                key = TxnKey(ident[0], ident[1], txn_id)
+                mine = first[(tid, p)]
+                mine[key] = min(off, mine.get(key, off))
+    cycles: set[tuple[TxnKey, TxnKey]] = set()
+    for (tid, p), (tid2, q) in itertools.combinations(sorted(first), 2):
+        if tid != tid2:
+            continue
+        on_p, on_q = first[(tid, p)], first[(tid2, q)]
+        order = sorted((on_p[k], on_q[k], k) for k in on_p if k in on_q)
+        for a, b in _inverted([(oq, k) for _op, oq, k in order]):
+            cycles.add((min(a, b), max(a, b)))
+    for a, b in sorted(cycles):
+        res.add(Invariant.G0_WRITE_CYCLE, RC, promise=KAFKA_ALLOWS, txns=[tuple(a), tuple(b)])
+
+
+def _inverted(items: list[tuple[int, TxnKey]]) -> list[tuple[TxnKey, TxnKey]]:
+    """Pairs (earlier, later) of ``items`` (in order on one partition: (offset on the other,
+    transaction)) whose offsets on the other partition are in the opposite order: divide and
+    conquer, each half sorted by the other partition's offset."""
+    if len(items) < 2:
+        return []
+    mid = len(items) // 2
+    left, right = items[:mid], items[mid:]
+    pairs = _inverted(left) + _inverted(right)
+    left_q = sorted(oq for oq, _k in left)
+    left_by_q = sorted(left)
+    for oq, k in right:
+        pairs.extend((lk, k) for _lq, lk in left_by_q[bisect.bisect_right(left_q, oq):])
+    return pairs
 
 
 def _duplicates_and_reorders(res: AuditResult, book: LedgerBook, at: dict, where: dict) -> None:

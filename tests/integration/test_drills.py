@@ -96,6 +96,18 @@ def test_drill_writes_what_it_reports(cluster_ready, topics, kind):
             txn = book.txns[TxnKey(wid, inc, item["txn_id"])]
             assert txn.outcome is TxnOutcome.COMMITTED and len(txn.writes) == 2
         assert len(injected) == 2
+    elif kind == "g0_write_cycle":
+        committed = _records(env, topics.canary.name, "read_committed", wid)
+        assert len(injected) == 2
+        for item in injected:
+            (p, q), (a_p, a_q), (b_p, b_q) = item["partitions"], item["offsets_a"], item["offsets_b"]
+            assert q == (p + 1) % topics.canary.partitions
+            assert a_p < b_p and b_q < a_q  # opposite orders on the two partitions
+            for txn_id, offs in zip(item["txn_ids"], ((a_p, a_q), (b_p, b_q))):
+                for part, off in zip((p, q), offs):
+                    rec = committed[(part, off)][0]
+                    assert rec.incarnation == inc and rec.txn_id == txn_id and rec.txn_size == 2
+                assert book.txns[TxnKey(wid, inc, txn_id)].outcome is TxnOutcome.COMMITTED
     elif kind == "outcome_gap":
         (item,) = injected
         assert book.gaps() .get((report["instance_id"], inc)) == item["missing_entries"]

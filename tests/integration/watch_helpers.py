@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -24,7 +25,7 @@ from monitor.config import Config, parse
 from tests.integration.helpers import VIGIL, read_ledger
 
 HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",
-           "aborted_read", "partial_txn", "outcome_gap")
+           "aborted_read", "partial_txn", "outcome_gap", "g0_write_cycle")
 
 
 def watch_config(cluster_env: dict, tmp: Path, name: str, port: int, **extra: Any) -> tuple[Config, Path]:
@@ -179,6 +180,27 @@ def nonzero(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
 
 def audit_counts(report: dict) -> dict[tuple[str, str], int]:
     return {(inv, iso): n for iso in (i.value for i in Isolation) for inv, n in report.get(iso, {}).items()}
+
+
+G0 = (Invariant.G0_WRITE_CYCLE.value, Isolation.READ_COMMITTED.value)
+_CYCLE = re.compile(r"txn (\d+) of writer ([0-9a-f]{16})/(\d+) and txn (\d+) of writer ([0-9a-f]{16})/(\d+):")
+
+
+def safety(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """The nonzero counts but write cycles (severity info: Kafka allows them, two transactional
+    writers may show some on a healthy cluster)."""
+    return {k: v for k, v in nonzero(counts).items() if k != G0}
+
+
+def own_cycles(evidence: Path, writer_id: int, inc: int) -> int:
+    """The write cycles in the evidence log between two transactions of one writer incarnation."""
+    me = (f"{writer_id:016x}", str(inc))
+    n = 0
+    for line in evidence.read_text().splitlines() if evidence.exists() else ():
+        e = json.loads(line)
+        m = _CYCLE.match(e.get("detail", "")) if e.get("invariant") == G0[0] else None
+        n += bool(m and m.group(2, 3) == me == m.group(5, 6))
+    return n
 
 
 def live_history(port: int) -> dict[tuple[str, str], int]:

@@ -56,12 +56,15 @@ EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "acks0_writes": {},
     "partial_txn_torn_by_headers": {(I.PARTIAL_TXN, RC): 1},
     "whole_txn_by_headers": {},
+    "g0_write_cycle": {(I.G0_WRITE_CYCLE, RC): 1},
+    "concurrent_txns_in_order": {},
 }
 # The durability class of what each incident shows, when it is not ``guaranteed``: a
 # non-idempotent writer's duplicate is allowed by its settings; two foreign records at one offset
 # have no writer whose topic settings could class them.
 CLASS_OF_INCIDENT = {"retry_duplicate_acked_second": Durability.AT_RISK, "inconsistent_offset": Durability.UNKNOWN,
-                     "partial_txn_torn_by_headers": Durability.UNKNOWN}  # the ledger says nothing of it
+                     "partial_txn_torn_by_headers": Durability.UNKNOWN,  # the ledger says nothing of it
+                     "g0_write_cycle": Durability.AT_RISK}  # Kafka allows it
 KINDS = tuple(EFFECTS)  # each incident is named after what it shows
 
 
@@ -161,9 +164,9 @@ class History:
             self.expected.update(EFFECTS[kind])
             return
         w = _Writer(self)
-        getattr(self, f"_{kind}")(w, p)
+        effects = getattr(self, f"_{kind}")(w, p)  # None: as EFFECTS says
         w.entry(Stop())
-        self.expected.update(EFFECTS[kind])
+        self.expected.update(EFFECTS[kind] if effects is None else effects)
 
     def _clean(self, w: _Writer, p: int) -> None:
         self.honest(w, p, 3)
@@ -184,6 +187,34 @@ class History:
     def _partial_txn_across_partitions(self, w: _Writer, p: int) -> None:
         """As above, but read_committed never sees the second write (it is in the log, acked)."""
         self._txn_across_partitions(w, p, rc_sees_second=False)
+
+    def _g0_write_cycle(self, w: _Writer, p: int, cycle: bool = True) -> dict | None:
+        """Two writers' committed transactions open at once, each with a record on this partition
+        and the next: the first is first here, and second (``cycle``) or first there too."""
+        if self.partitions < 2:  # one partition orders them one way only: no cycle
+            self._txn(w, p, 2, 2, 2, "committed")
+            return {}
+        q = (p + 1) % self.partitions
+        v = _Writer(self)
+        first, second = [((wr.seqs(p, 1)[0], wr.seqs(q, 1)[0]), wr) for wr in (w, v)]
+        for (sp, sq), wr in (first, second):
+            wr.entry(Intent(TOPIC, (WriteRange(p, sp, 1), WriteRange(q, sq, 1)), TxnInfo(1, 2, False)))
+        offs: dict[tuple[int, int], int] = {}
+        on_q = (second, first) if cycle else (first, second)
+        for part, order, i in ((p, (first, second), 0), (q, on_q, 1)):
+            for seqs, wr in order:
+                offs[(wr.wid, part)] = self.append(part, Slot(wr.ident(seqs[i]), txn_id=1, size=2, index=i))
+        for (sp, sq), wr in (first, second):
+            wr.outcomes(p, [(sp, "acked", offs[(wr.wid, p)])])
+            wr.outcomes(q, [(sq, "acked", offs[(wr.wid, q)])])
+            wr.entry(TxnEnd(1, TxnOutcome.COMMITTED))
+        v.entry(Stop())
+        return None
+
+    def _concurrent_txns_in_order(self, w: _Writer, p: int) -> dict | None:
+        """As above, but in the same order on both partitions: no cycle."""
+        self._g0_write_cycle(w, p, cycle=False)
+        return {}
 
     def _interleaved_writers(self, w: _Writer, p: int) -> None:
         """Two writers' records alternating on one partition, each in its own seq order."""

@@ -1,0 +1,175 @@
+"""Write cycles: ``g0_write_cycle``, ``read_committed`` only, severity info.
+
+Kafka's transactions are atomic (all of a transaction's records become visible, or none) but
+not isolated from each other: two transactions open at the same time append to each partition in
+whatever order their produce requests reach that partition's leader, so one can come first on one
+partition and second on another (Jepsen's G0, a write cycle; Kafka's documentation implies it
+cannot happen, Kafka's design allows it). Vigil counts them as a measurement, never a page.
+
+**Definition.** The *position* of a transaction T on a partition p is the lowest offset at which
+``read_committed`` read a record of T on p. Two transactions T and U (any two, of any writers) on
+the same topic ID form a write cycle when there are partitions p and q holding positions of both
+with T before U on p and U before T on q. Counted once per pair of transactions, when the last of
+the four positions is read. Records carrying the intended-abort flag are not positions (what
+``read_committed`` shows of such a transaction is ``aborted_read``). A transaction's records
+interleaved with another's on one partition are not a cycle by themselves: only the positions
+(the first record on each partition) are ordered.
+
+**Class.** ``at_risk`` (reason ``kafka_allows``): Kafka makes no promise against it.
+
+**Horizon.** A position is forgotten once ``read_committed`` is ``horizon_offsets`` past it on
+its partition (with the rest of what the reader remembers there): a cycle whose two
+transactions' positions on one partition are further apart than that is the audit's only. A
+cycle read in a part of the log later rewritten (a truncation) stays counted; the audit, reading
+the final log, judges what is left.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from itertools import combinations
+from typing import Any
+
+from invariants.catalog import Invariant
+from invariants.model import RC, TxnKey, Violation
+from invariants.promises import KAFKA_ALLOWS
+
+Part = tuple[str, int]  # (topic ID, partition)
+MAX_KEY = TxnKey(1 << 64, 1 << 32, 1 << 64)  # above every transaction key: bisects past a position
+
+
+def inversions(positions: dict[TxnKey, tuple[int, int]]) -> list[tuple[TxnKey, TxnKey]]:
+    """The pairs of transactions whose two positions (on partitions p and q) are in opposite
+    orders, each as (first on p, first on q). Sorted by position on p, then each one against
+    the earlier ones with a later position on q: O(n log n) plus the pairs found."""
+    order = sorted(positions.items(), key=lambda kv: kv[1])  # equal on p: never a pair (ties are no order)
+    seen_q: list[tuple[int, TxnKey]] = []  # (position on q, transaction) of those earlier on p, sorted
+    out: list[tuple[TxnKey, TxnKey]] = []
+    for tkey, (_on_p, on_q) in order:
+        for _later_q, earlier in seen_q[bisect_right(seen_q, on_q, key=lambda e: e[0]):]:
+            out.append((earlier, tkey))
+        insort(seen_q, (on_q, tkey), key=lambda e: e[0])
+    return out
+
+
+def cycle_violation(topic_id: str, first: TxnKey, second: TxnKey, p: int, q: int,
+                    pos: dict[TxnKey, dict[Part, int]]) -> Violation:
+    """One cycle, named by the lower transaction key of the pair (the same however it was found)."""
+    a, b = sorted((first, second))
+    pa, pb = pos[a], pos[b]
+    detail = (f"txn {a.txn_id} of writer {a.writer_id:016x}/{a.inc} and txn {b.txn_id} of writer "
+              f"{b.writer_id:016x}/{b.inc}: partition {p} at offsets {pa[(topic_id, p)]} / {pb[(topic_id, p)]}, "
+              f"partition {q} at offsets {pa[(topic_id, q)]} / {pb[(topic_id, q)]}")
+    return Violation(Invariant.G0_WRITE_CYCLE, RC, topic_id, -1, (), (a.writer_id, a.inc), txn_id=a.txn_id,
+                     detail=detail, durability=KAFKA_ALLOWS.durability, reason=KAFKA_ALLOWS.reason)
+
+
+class WriteCyclesFamily:
+    sweep_slack = 64  # tails longer than 4 x the transactions on both partitions plus this: one sweep
+
+    def __init__(self) -> None:
+        self.pos: dict[TxnKey, dict[Part, int]] = {}  # transaction -> its position per partition
+        self.by_part: dict[Part, dict[TxnKey, int]] = {}  # partition -> transaction -> position
+        self.order: dict[Part, list[tuple[int, TxnKey]]] = {}  # partition -> (position, transaction), sorted
+        self.counted: set[tuple[TxnKey, TxnKey]] = set()  # pairs counted (lower key first)
+        self.fresh: dict[Part, set[TxnKey]] = {}  # positions new since the last judgement
+
+    def on_read(self, tkey: TxnKey, topic_id: str, partition: int, offset: int, intended_abort: bool) -> None:
+        """A record of a transaction read by ``read_committed``."""
+        if intended_abort:
+            return
+        part = (topic_id, partition)
+        mine = self.pos.setdefault(tkey, {})
+        old = mine.get(part)
+        if old is not None and old <= offset:
+            return
+        order = self.order.setdefault(part, [])
+        if old is not None:  # read again lower (a rewritten log): the position moves
+            order.remove((old, tkey))
+        mine[part] = offset
+        self.by_part.setdefault(part, {})[tkey] = offset
+        if order and order[-1][0] > offset:
+            insort(order, (offset, tkey))
+        else:
+            order.append((offset, tkey))
+        self.fresh.setdefault(part, set()).add(tkey)
+
+    def judge(self) -> list[Violation]:
+        """Cycles among the positions known, for every pair of partitions with a new one: the
+        pairs with a new position, found from the transactions after it on either partition,
+        or (when those are many: a reader far ahead on one partition) by one sweep of both."""
+        out: list[Violation] = []
+        for tid in sorted({tid for tid, _p in self.fresh}):
+            parts = sorted(p for t, p in self.by_part if t == tid)
+            for p, q in combinations(parts, 2):
+                new = self.fresh.get((tid, p), set()) | self.fresh.get((tid, q), set())
+                if new:
+                    for first, second in self._inversions(tid, p, q, new):
+                        pair = (first, second) if first < second else (second, first)
+                        if pair not in self.counted:
+                            self.counted.add(pair)
+                            out.append(cycle_violation(tid, first, second, p, q, self.pos))
+        self.fresh.clear()
+        return out
+
+    def _inversions(self, tid: str, p: int, q: int, new: set[TxnKey]) -> list[tuple[TxnKey, TxnKey]]:
+        """The pairs ordered differently on p and q with one of ``new`` in them (and maybe others)."""
+        on_p, on_q = self.by_part[(tid, p)], self.by_part[(tid, q)]
+        order_p, order_q = self.order[(tid, p)], self.order[(tid, q)]
+        mine = [(t, on_p[t], on_q[t]) for t in new if t in on_p and t in on_q]
+        after = [(bisect_right(order_p, (fp, MAX_KEY)), bisect_right(order_q, (fq, MAX_KEY))) for _t, fp, fq in mine]
+        work = sum(len(order_p) - ap + len(order_q) - aq for ap, aq in after)
+        if work > 4 * min(len(on_p), len(on_q)) + self.sweep_slack:
+            small, large = (on_p, on_q) if len(on_p) <= len(on_q) else (on_q, on_p)
+            return inversions({t: (on_p[t], on_q[t]) for t in small if t in large})
+        out: list[tuple[TxnKey, TxnKey]] = []
+        for (f, fp, fq), (ap, aq) in zip(mine, after):
+            out.extend((u, f) for _o, u in order_q[aq:] if on_p.get(u, fp) < fp)  # u first on p, f on q
+            out.extend((f, u) for _o, u in order_p[ap:] if on_q.get(u, fq) < fq)  # f first on p, u on q
+        return out
+
+    def forget(self, topic_id: str, partition: int, below: int) -> None:
+        """Positions below ``below`` on a partition are forgotten (the reader's horizon); a
+        transaction with none left is forgotten with the pairs it was counted in."""
+        part = (topic_id, partition)
+        order = self.order.get(part)
+        if not order or order[0][0] >= below:
+            return
+        cut = bisect_right(order, (below - 1, MAX_KEY))
+        old = [t for _o, t in order[:cut]]
+        del order[:cut]
+        on, fresh = self.by_part[part], self.fresh.get(part, set())
+        for t in old:
+            del on[t]
+            fresh.discard(t)
+            mine = self.pos[t]
+            del mine[part]
+            if not mine:
+                del self.pos[t]
+        if any(t not in self.pos for t in old):
+            self.counted = {pair for pair in self.counted if pair[0] in self.pos and pair[1] in self.pos}
+
+    def forget_topic(self, topic_id: str) -> None:
+        """A topic ID that is gone: nothing of it is read any more."""
+        for part in [k for k in self.by_part if k[0] == topic_id]:
+            self.forget(*part, below=1 << 62)
+            del self.by_part[part], self.order[part]
+            self.fresh.pop(part, None)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"pos": [[*t, tid, p, off] for t, mine in self.pos.items() for (tid, p), off in mine.items()],
+                "counted": [[*a, *b] for a, b in self.counted],
+                "fresh": [[tid, p, *t] for (tid, p), ts in self.fresh.items() for t in ts]}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any] | None) -> "WriteCyclesFamily":
+        fam = cls()
+        for wid, inc, txn, tid, p, off in (doc or {}).get("pos", ()):
+            t = TxnKey(wid, inc, txn)
+            fam.pos.setdefault(t, {})[(tid, p)] = off
+            fam.by_part.setdefault((tid, p), {})[t] = off
+        fam.order = {part: sorted((off, t) for t, off in on.items()) for part, on in fam.by_part.items()}
+        fam.counted = {(TxnKey(*row[:3]), TxnKey(*row[3:])) for row in (doc or {}).get("counted", ())}
+        for tid, p, *t in (doc or {}).get("fresh", ()):
+            fam.fresh.setdefault((tid, p), set()).add(TxnKey(*t))
+        return fam

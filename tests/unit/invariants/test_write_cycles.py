@@ -1,0 +1,176 @@
+"""g0_write_cycle: the family against the definition, brute force, and against the audit."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from invariants.catalog import Invariant
+from invariants.model import RC, Durability, TxnKey
+from invariants.write_cycles import WriteCyclesFamily, inversions
+from monitor.audit.oracle import audit
+
+TOPIC = "t-0001"
+
+
+def brute_force(pos: dict[TxnKey, dict[int, int]]) -> set[tuple[TxnKey, TxnKey]]:
+    """The definition, as written: T before U on some partition and after it on another."""
+    out = set()
+    for a, b in itertools.combinations(sorted(pos), 2):
+        shared = set(pos[a]) & set(pos[b])
+        signs = {pos[a][p] < pos[b][p] for p in shared if pos[a][p] != pos[b][p]}
+        if len(signs) == 2:
+            out.add((a, b))
+    return out
+
+
+@st.composite
+def logs(draw):
+    """Transactions of a few writers, each with records on some partitions, appended in a random
+    interleaving: per partition, a log of (transaction, intended-abort flag)."""
+    partitions = draw(st.integers(1, 4))
+    n = draw(st.integers(0, 9))
+    txns = [TxnKey(draw(st.integers(1, 3)), 1, i + 1) for i in range(n)]
+    log: dict[int, list[tuple[TxnKey, bool]]] = {p: [] for p in range(partitions)}
+    for t in txns:
+        aborted = draw(st.booleans()) and draw(st.booleans())
+        for p in draw(st.sets(st.integers(0, partitions - 1), min_size=1)):
+            for _ in range(draw(st.integers(1, 2))):
+                at = draw(st.integers(0, len(log[p])))
+                log[p].insert(at, (t, aborted))
+    return log
+
+
+def positions(log: dict[int, list[tuple[TxnKey, bool]]]) -> dict[TxnKey, dict[int, int]]:
+    pos: dict[TxnKey, dict[int, int]] = {}
+    for p, recs in log.items():
+        for off, (t, aborted) in enumerate(recs):
+            if not aborted:
+                pos.setdefault(t, {}).setdefault(p, off)
+    return pos
+
+
+def feed(log, rng: random.Random, restart: bool = True, sweep_slack: int = 64) -> tuple[WriteCyclesFamily, list]:
+    """The records in random batches, partition by partition in offset order, judged after each
+    batch, the family saved and loaded at random. ``sweep_slack``: -1 judges by sweeps only, a
+    large one by the transactions after each new position only."""
+    WriteCyclesFamily.sweep_slack = sweep_slack
+    fam, found = WriteCyclesFamily(), []
+    cursors = {p: 0 for p in log}
+    while any(cursors[p] < len(log[p]) for p in log):
+        for p in rng.sample(sorted(log), len(log)):
+            k = rng.randint(0, 3)
+            for off in range(cursors[p], min(len(log[p]), cursors[p] + k)):
+                t, aborted = log[p][off]
+                fam.on_read(t, TOPIC, p, off, aborted)
+            cursors[p] = min(len(log[p]), cursors[p] + k)
+        found.extend(fam.judge())
+        if restart and rng.random() < 0.3:
+            fam = WriteCyclesFamily.from_doc(json.loads(json.dumps(fam.to_doc())))
+    found.extend(fam.judge())
+    WriteCyclesFamily.sweep_slack = 64
+    return fam, found
+
+
+def pair_of(v) -> tuple:
+    return (v.writer, v.txn_id, v.detail.split(" and ")[1].split(":")[0])
+
+
+@given(log=logs(), seed=st.integers(0, 2**32 - 1), sweep_slack=st.sampled_from([-1, 1 << 30]))
+@settings(max_examples=400, deadline=None)
+@example(log={0: [(TxnKey(1, 1, 1), False), (TxnKey(2, 1, 2), False)],
+              1: [(TxnKey(2, 1, 2), False), (TxnKey(1, 1, 1), False)]}, seed=0, sweep_slack=-1)
+def test_live_counts_each_cycle_once_whatever_the_batches(log, seed, sweep_slack):
+    want = brute_force(positions(log))
+    _fam, found = feed(log, random.Random(seed), sweep_slack=sweep_slack)
+    assert len(found) == len(want)
+    assert sorted((v.writer, v.txn_id) for v in found) == sorted(((a.writer_id, a.inc), a.txn_id) for a, _b in want)
+    assert all(v.invariant is Invariant.G0_WRITE_CYCLE and v.isolation is RC and v.durability is Durability.AT_RISK
+               and v.reason == "kafka_allows" for v in found)
+    assert len({pair_of(v) for v in found}) == len(found)  # never the same pair twice
+
+
+@given(log=logs())
+@settings(max_examples=200, deadline=None)
+def test_audit_agrees_with_the_definition(log):
+    reads = {RC: {(TOPIC, p): [(off, (t.writer_id, t.inc, off), t.txn_id, aborted)
+                               for off, (t, aborted) in enumerate(recs)] for p, recs in log.items()}}
+    assert audit([], reads, 4).count(Invariant.G0_WRITE_CYCLE, RC) == len(brute_force(positions(log)))
+
+
+@given(st.dictionaries(st.builds(TxnKey, st.integers(1, 3), st.just(1), st.integers(1, 30)),
+                       st.tuples(st.integers(0, 50), st.integers(0, 50)), max_size=25))
+def test_inversions_are_the_pairs_in_opposite_orders(pos):
+    want = {frozenset((a, b)) for a, b in itertools.combinations(pos, 2)
+            if (pos[a][0] - pos[b][0]) * (pos[a][1] - pos[b][1]) < 0}
+    got = inversions(pos)
+    assert len(got) == len(want) and {frozenset(p) for p in got} == want
+    assert all(pos[a][0] < pos[b][0] and pos[a][1] > pos[b][1] for a, b in got)
+
+
+def test_records_meant_to_be_aborted_are_no_positions():
+    fam = WriteCyclesFamily()
+    t, u = TxnKey(1, 1, 1), TxnKey(2, 1, 1)
+    fam.on_read(t, TOPIC, 0, 0, False)
+    fam.on_read(u, TOPIC, 0, 1, False)
+    fam.on_read(u, TOPIC, 1, 0, True)  # aborted_read's business, not an order
+    fam.on_read(t, TOPIC, 1, 1, False)
+    assert fam.judge() == []
+
+
+def test_the_same_cycle_is_named_alike_whichever_partitions_show_it():
+    t, u = TxnKey(1, 1, 1), TxnKey(2, 1, 7)
+    names = set()
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        fam = WriteCyclesFamily()
+        for p in order:  # t first on 0, u first on 1 and 2
+            first, second = (t, u) if p == 0 else (u, t)
+            fam.on_read(first, TOPIC, p, 10, False)
+            fam.on_read(second, TOPIC, p, 11, False)
+        (v,) = [v for v in fam.judge()]
+        names.add(v.identity())
+        assert v.writer == (1, 1) and v.txn_id == 1 and "txn 7 of writer" in v.detail
+    assert len(names) == 1
+
+
+def test_forgotten_positions_are_no_longer_compared_and_pairs_are_forgotten_with_them():
+    fam = WriteCyclesFamily()
+    t, u, x = TxnKey(1, 1, 1), TxnKey(2, 1, 1), TxnKey(3, 1, 1)
+    fam.on_read(t, TOPIC, 0, 5, False)
+    fam.on_read(u, TOPIC, 0, 6, False)
+    fam.on_read(u, TOPIC, 1, 5, False)
+    fam.on_read(t, TOPIC, 1, 6, False)
+    assert len(fam.judge()) == 1 and fam.counted
+    fam.forget(TOPIC, 0, 7)
+    fam.forget(TOPIC, 1, 7)
+    assert not fam.pos and not fam.counted and not any(fam.by_part.values())
+    fam.on_read(x, TOPIC, 0, 100, False)
+    fam.forget(TOPIC, 0, 50)  # only what is below goes
+    assert fam.pos == {x: {(TOPIC, 0): 100}}
+
+
+def test_a_topic_that_is_gone_is_forgotten():
+    fam = WriteCyclesFamily()
+    fam.on_read(TxnKey(1, 1, 1), TOPIC, 0, 5, False)
+    fam.on_read(TxnKey(1, 1, 1), "other", 0, 5, False)
+    fam.forget_topic(TOPIC)
+    assert fam.pos == {TxnKey(1, 1, 1): {("other", 0): 5}} and set(fam.by_part) == {("other", 0)}
+    assert fam.fresh == {("other", 0): {TxnKey(1, 1, 1)}} and set(fam.order) == {("other", 0)}
+
+
+def test_a_record_read_again_lower_moves_the_position():
+    """A rewritten log read again: a transaction's record found below its position moves it."""
+    fam = WriteCyclesFamily()
+    t, u = TxnKey(1, 1, 1), TxnKey(2, 1, 1)
+    for tkey, p, off in ((t, 0, 10), (u, 0, 12), (t, 1, 3), (u, 1, 4)):
+        fam.on_read(tkey, TOPIC, p, off, False)
+    assert fam.judge() == []  # t first on both
+    fam.on_read(u, TOPIC, 0, 8, False)
+    fam.on_read(u, TOPIC, 0, 9, False)  # not its first record there
+    (v,) = fam.judge()
+    assert "partition 0 at offsets 10 / 8" in v.detail
+    assert fam.order[(TOPIC, 0)] == [(8, u), (10, t)] and fam.by_part[(TOPIC, 0)] == {t: 10, u: 8}
