@@ -71,6 +71,7 @@ class ClientErrors:
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.quiet_s = quiet_s
         self._said: dict[tuple[str, str], float] = {}
+        self._known: set[str] = set()  # clients with a callback: their alerting kinds are exported from 0
         self._lock = threading.Lock()
 
     def report(self, client: str, err: KafkaError, settings: str = "kafka.security", user: str | None = None,
@@ -96,7 +97,12 @@ class ClientErrors:
 
     def callback(self, client: str, settings: str = "kafka.security", user: str | None = None,
                  also: Callable[[Any], None] | None = None) -> Callable[[KafkaError], None]:
-        """An ``error_cb`` for one client (``also``: the client's own callback, called first)."""
+        """An ``error_cb`` for one client (``also``: the client's own callback, called first). From
+        now on the kinds an operator must act on are exported for it at 0 until they happen, so
+        an alert on their increase sees the first one too (a series that appears at 1 shows none)."""
+        with self._lock:
+            self._known.add(client)
+
         def on_error(err: KafkaError) -> None:
             if also is not None:
                 also(err)
@@ -105,7 +111,7 @@ class ClientErrors:
 
     def snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:
-            return dict(self.counts)
+            return {**{(client, kind): 0 for client in self._known for kind in SAID}, **self.counts}
 
 
 ERRORS = ClientErrors()  # the process's clients all report here

@@ -147,6 +147,7 @@ class WatchSnapshot:
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
 BATCH_PHASES = ("fetch", "check", "persist", "refetch")
+SAVE_FAILURE_REASONS = ("ENOSPC", "EFBIG")  # a full volume, a file-size limit
 TRIGGER_PARTS = ("triggerExecution", "latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
                  "commitOffsets")
 
@@ -322,8 +323,8 @@ class WatchCollector:
                                      "with it) that failed since the monitor started, by errno (ENOSPC: the volume "
                                      "is full, EFBIG: a file-size limit): the batch is not exported and is applied "
                                      "again.", labels=["reason"])
-        for reason, n in sorted(s.save_failures.items()):
-            failed.add_metric([reason], n)
+        for reason, n in sorted({**dict.fromkeys(SAVE_FAILURE_REASONS, 0), **s.save_failures}.items()):
+            failed.add_metric([reason], n)  # the usual reasons from 0: an alert on the increase sees the first
         yield failed
         yield CounterMetricFamily("vigil_batches", "Micro-batches the checker applied.", value=s.batches)
         phases = CounterMetricFamily("vigil_batch_seconds", "Time the micro-batches spent per phase since the "

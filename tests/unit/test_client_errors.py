@@ -79,3 +79,18 @@ def test_a_spark_query_ended_by_a_refusal_is_counted_under_spark_with_the_java_l
     errors.report_kind("spark", kind, line, "kafka.security", "vigil-canary", now=1.0)
     assert errors.snapshot() == {("spark", "authentication"): 2} and len(said) == 1
     assert said[0].startswith("vigil: spark: the brokers refused the credentials of 'vigil-canary'")
+
+
+def test_a_client_with_a_callback_exports_its_alerting_kinds_from_zero():
+    """An alert on increase() sees nothing of a series that first appears at 1: the kinds an
+    operator must act on are exported at 0 for every client from the moment it has a callback."""
+    errors = ClientErrors(say=lambda _line: None)
+    assert errors.snapshot() == {}
+    on_error = errors.callback("writer-txn")
+    assert errors.snapshot() == {("writer-txn", k): 0 for k in ("authentication", "authorization", "tls")}
+    on_error(AUTH)
+    assert errors.snapshot()[("writer-txn", "authentication")] == 1
+    registry = CollectorRegistry()
+    registry.register(ClientErrorsCollector(errors.snapshot))
+    text = generate_latest(registry).decode()
+    assert 'vigil_client_errors_total{client="writer-txn",kind="tls"} 0.0' in text

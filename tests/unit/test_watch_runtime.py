@@ -201,6 +201,9 @@ def test_healthz_never_depends_on_freshness_and_ready_does(tmp_path, monkeypatch
     code, body = get("/metrics")
     assert code == 200 and ('vigil_violations_total{durability="guaranteed",invariant="lost_write",'
                             'isolation="read_committed"} 0.0') in body
+    # the usual reasons a save fails, from 0: an alert on increase() sees the first failure too
+    assert 'vigil_state_save_failures_total{reason="ENOSPC"} 0.0' in body
+    assert 'vigil_state_save_failures_total{reason="EFBIG"} 0.0' in body
     rt.status.running, rt.last_batch = True, __import__("time").time()
     assert get("/ready")[0] == 200
     rt.last_batch -= 3600
