@@ -244,8 +244,9 @@ class WatchRuntime:
             return  # the other thread is at it
         started = time.monotonic()
         try:
-            with self.lock:
+            with self.lock:  # the checker's state (its topic names too) only under the batch lock
                 wanted = self.state.checker.refetch_wanted()
+                names = {w.topic_id: self.topics.topic_name_of(w.topic_id) for w in wanted}
             results, tried = [], 0
             for w in wanted:
                 if tried >= MAX_REFETCHES_PER_ROUND:
@@ -253,7 +254,7 @@ class WatchRuntime:
                 if self._refetch_failed.get((w.topic_id, w.partition), 0.0) > time.monotonic():
                     continue  # its re-read just failed: it waits its turn, the other partitions go first
                 tried += 1
-                name = self.topics.topic_name_of(w.topic_id)
+                name = names[w.topic_id]
                 if name and self.topics.fresh_id(name) != w.topic_id:
                     continue  # the name points at another topic now: that ID cannot be read again
                 if name and not self.stop.is_set():

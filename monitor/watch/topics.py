@@ -8,6 +8,7 @@ starts. Names of IDs come from what the checker learnt (the ledger, the prober's
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -25,21 +26,24 @@ class TopicDirectory:
         self.name_of = name_of  # the checker's knowledge: topic ID -> name
         self._admin: Any = None
         self._fresh: dict[str, tuple[float, str | None]] = {}
+        self._lock = threading.Lock()  # the batch and the re-fetch thread both ask: one client, one lookup
 
     def fresh_id(self, name: str) -> str | None:
-        """The ID ``name`` has now (None: missing, or nobody answered)."""
-        at, tid = self._fresh.get(name, (0.0, None))
-        if time.monotonic() - at < FRESH_FOR_S:
+        """The ID ``name`` has now (None: missing, or nobody answered). Thread-safe: a caller
+        that waited for another's lookup gets its answer from the cache."""
+        with self._lock:
+            at, tid = self._fresh.get(name, (0.0, None))
+            if time.monotonic() - at < FRESH_FOR_S:
+                return tid
+            if self._admin is None:
+                self._admin = clients.admin(self.cfg)
+            try:
+                info = clients.describe_topic(self._admin, name, timeout=10)
+            except Exception:  # noqa: BLE001 - brokers away: not known now
+                return None
+            tid = None if info is None else info.topic_id
+            self._fresh[name] = (time.monotonic(), tid)
             return tid
-        if self._admin is None:
-            self._admin = clients.admin(self.cfg)
-        try:
-            info = clients.describe_topic(self._admin, name, timeout=10)
-        except Exception:  # noqa: BLE001 - brokers away: not known now
-            return None
-        tid = None if info is None else info.topic_id
-        self._fresh[name] = (time.monotonic(), tid)
-        return tid
 
     def topic_name_of(self, topic_id: str) -> str:
         view = self.prober.snapshot()
