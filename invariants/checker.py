@@ -223,7 +223,8 @@ class Checker(TopicLifecycle):
             self.sink.extend(self.txns.on_read(key.iso, tkey, wkey, r.offset, r.intended_abort, r.txn_size,
                                                r.txn_index))
             if key.iso is RC:
-                self.cycles.on_read(tkey, key.topic_id, key.partition, r.offset, r.intended_abort)
+                self.cycles.on_read(tkey, key.topic_id, key.partition, r.offset, r.intended_abort, r.txn_size,
+                                    r.txn_index)
 
     def _read_again(self, key: ViewKey, v: PartitionView, other: PartitionView | None, reads: list[Read],
                     lo: int, hi: int) -> None:

@@ -132,6 +132,7 @@ class Violation:
     reason: str = ""  # why the configuration allowed it (at_risk) or why the class is unknown
     writer_name: str = ""  # the writer's configured name, when the ledger said it
     cause: str = ""  # e.g. "vanished": a record that was read and later disappeared
+    other_txn: tuple[int, int, int] | None = None  # g0_write_cycle: the other transaction (writer, inc, txn id)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,6 +142,7 @@ class Violation:
             "incarnation": None if self.writer is None else self.writer[1], "seq": self.seq,
             "txn_id": self.txn_id, "detail": self.detail, "durability": self.durability.value,
             "reason": self.reason, "writer": self.writer_name, "cause": self.cause,
+            "other_txn": None if self.other_txn is None else [f"{self.other_txn[0]:016x}", *self.other_txn[1:]],
         }
 
     @classmethod
@@ -151,7 +153,8 @@ class Violation:
                    int(doc.get("partition", -1)), tuple(int(o) for o in doc.get("offsets") or ()), writer,
                    doc.get("seq"), doc.get("txn_id"), doc.get("detail") or "",
                    Durability(doc.get("durability") or Durability.GUARANTEED.value), doc.get("reason") or "",
-                   doc.get("writer") or "", doc.get("cause") or "")
+                   doc.get("writer") or "", doc.get("cause") or "",
+                   None if not doc.get("other_txn") else (int(doc["other_txn"][0], 16), *map(int, doc["other_txn"][1:])))
 
     def identity(self) -> tuple:
         """What makes two reports the same violation, whenever and however it was found again:
@@ -160,18 +163,23 @@ class Violation:
         classed by the promise of a read) is, read again from the start, a write never read
         (``never_read``, classed by the promise of its ack). Not its offsets past the first two:
         a duplicate lists the copies read when it was counted, which depends on the batches.
-        Its detail only when nothing else says which one it is (``outcome_gap``: the entries)."""
+        Its detail only when nothing else says which one it is (``outcome_gap``: the entries). The
+        other transaction of a write cycle (the pair is the cycle; where it was seen depends on the
+        batches)."""
         anonymous = not self.offsets and self.writer is None
         return (self.invariant.value, self.isolation.value, self.topic_id, self.partition, self.offsets[:2],
-                self.writer, self.seq, self.txn_id, self.detail if anonymous else "")
+                self.writer, self.seq, self.txn_id, self.detail if anonymous else "", self.other_txn)
 
     @staticmethod
     def identity_doc(ident: tuple) -> list:
-        return [*ident[:4], list(ident[4]), None if ident[5] is None else list(ident[5]), *ident[6:]]
+        return [*ident[:4], list(ident[4]), None if ident[5] is None else list(ident[5]), *ident[6:9],
+                None if ident[9] is None else list(ident[9])]
 
     @staticmethod
     def identity_from_doc(doc: list) -> tuple:
-        return (*doc[:4], tuple(doc[4]), None if doc[5] is None else tuple(doc[5]), *doc[6:])
+        other = doc[9] if len(doc) > 9 else None  # absent before write cycles were counted
+        return (*doc[:4], tuple(doc[4]), None if doc[5] is None else tuple(doc[5]), *doc[6:9],
+                None if other is None else tuple(other))
 
 
 LOST_CAUSES = ("never_read", "vanished", "topic_vanished")

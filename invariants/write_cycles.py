@@ -18,16 +18,24 @@ interleaved with another's on one partition are not a cycle by themselves: only 
 **Class.** ``at_risk`` (reason ``kafka_allows``): Kafka makes no promise against it.
 
 **Horizon.** A position is forgotten once ``read_committed`` is ``horizon_offsets`` past it on
-its partition (with the rest of what the reader remembers there): a cycle whose two
-transactions' positions on one partition are further apart than that is the audit's only. A
-cycle read in a part of the log later rewritten (a truncation) stays counted; the audit, reading
-the final log, judges what is left.
+its partition (with the rest of what the reader remembers there); what the transaction showed
+there is remembered (a later record of it on that partition is no new position), and so are the
+pairs it was counted in, until every record of it was read (the header's transaction size) and
+all its positions are forgotten. So a cycle is missed only where a position was forgotten before
+the other transaction's on that partition was read (positions further apart than the horizon on
+one partition, or one partition's reader more than a horizon ahead of another's): the audit's
+only. A transaction never read whole (a torn one, one begun before the reader started) stays
+remembered in that small form.
+
+**Logs that change.** A position is the lowest offset read; a record read again lower (a
+rewritten log) moves it down and judges its pairs again; a record that vanishes does not move it
+up. A cycle counted before a rewrite stays counted; the audit, reading the final log, judges what
+is left. A topic ID that is gone is forgotten.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right, insort
-from itertools import combinations
 from typing import Any
 
 from invariants.catalog import Invariant
@@ -54,14 +62,16 @@ def inversions(positions: dict[TxnKey, tuple[int, int]]) -> list[tuple[TxnKey, T
 
 def cycle_violation(topic_id: str, first: TxnKey, second: TxnKey, p: int, q: int,
                     pos: dict[TxnKey, dict[Part, int]]) -> Violation:
-    """One cycle, named by the lower transaction key of the pair (the same however it was found)."""
+    """One cycle, named by the pair (the lower transaction key as the writer and transaction, the
+    other in ``other_txn``): the same however and wherever it was found."""
     a, b = sorted((first, second))
     pa, pb = pos[a], pos[b]
     detail = (f"txn {a.txn_id} of writer {a.writer_id:016x}/{a.inc} and txn {b.txn_id} of writer "
               f"{b.writer_id:016x}/{b.inc}: partition {p} at offsets {pa[(topic_id, p)]} / {pb[(topic_id, p)]}, "
               f"partition {q} at offsets {pa[(topic_id, q)]} / {pb[(topic_id, q)]}")
     return Violation(Invariant.G0_WRITE_CYCLE, RC, topic_id, -1, (), (a.writer_id, a.inc), txn_id=a.txn_id,
-                     detail=detail, durability=KAFKA_ALLOWS.durability, reason=KAFKA_ALLOWS.reason)
+                     detail=detail, durability=KAFKA_ALLOWS.durability, reason=KAFKA_ALLOWS.reason,
+                     other_txn=tuple(b))
 
 
 class WriteCyclesFamily:
@@ -73,12 +83,22 @@ class WriteCyclesFamily:
         self.order: dict[Part, list[tuple[int, TxnKey]]] = {}  # partition -> (position, transaction), sorted
         self.counted: set[tuple[TxnKey, TxnKey]] = set()  # pairs counted (lower key first)
         self.fresh: dict[Part, set[TxnKey]] = {}  # positions new since the last judgement
+        self.gone: dict[TxnKey, set[Part]] = {}  # partitions where its position was forgotten
+        self.read: dict[TxnKey, list[Any]] = {}  # [the header's size, {indexes read}]
 
-    def on_read(self, tkey: TxnKey, topic_id: str, partition: int, offset: int, intended_abort: bool) -> None:
-        """A record of a transaction read by ``read_committed``."""
+    def on_read(self, tkey: TxnKey, topic_id: str, partition: int, offset: int, intended_abort: bool,
+                size: int = 0, index: int = 0) -> None:
+        """A record of a transaction read by ``read_committed`` (``size``/``index``: its header's)."""
         if intended_abort:
             return
+        seen = self.read.setdefault(tkey, [0, set()])
+        seen[0] = seen[0] or size
+        seen[1].add(index)
         part = (topic_id, partition)
+        if part in self.gone.get(tkey, ()):  # its position there was forgotten: a later record is no new one
+            if not self.pos.get(tkey) and self._read_whole(tkey):
+                self._drop({tkey})  # read whole now, and nothing of it left to compare
+            return
         mine = self.pos.setdefault(tkey, {})
         old = mine.get(part)
         if old is not None and old <= offset:
@@ -95,21 +115,23 @@ class WriteCyclesFamily:
         self.fresh.setdefault(part, set()).add(tkey)
 
     def judge(self) -> list[Violation]:
-        """Cycles among the positions known, for every pair of partitions with a new one: the
-        pairs with a new position, found from the transactions after it on either partition,
-        or (when those are many: a reader far ahead on one partition) by one sweep of both."""
-        out: list[Violation] = []
-        for tid in sorted({tid for tid, _p in self.fresh}):
-            parts = sorted(p for t, p in self.by_part if t == tid)
-            for p, q in combinations(parts, 2):
-                new = self.fresh.get((tid, p), set()) | self.fresh.get((tid, q), set())
-                if new:
-                    for first, second in self._inversions(tid, p, q, new):
-                        pair = (first, second) if first < second else (second, first)
-                        if pair not in self.counted:
-                            self.counted.add(pair)
-                            out.append(cycle_violation(tid, first, second, p, q, self.pos))
+        """Cycles among the positions known: each new position against the transactions on the
+        other partitions of its transaction, found from the transactions after it on either
+        partition, or (when those are many: a reader far ahead on one) by one sweep of both."""
+        pairs: dict[tuple[str, int, int], set[TxnKey]] = {}
+        for (tid, p), new in self.fresh.items():
+            for f in new:
+                for t2, q in self.pos.get(f, ()):
+                    if t2 == tid and q != p:
+                        pairs.setdefault((tid, min(p, q), max(p, q)), set()).add(f)
         self.fresh.clear()
+        out: list[Violation] = []
+        for (tid, p, q), new in sorted(pairs.items()):
+            for first, second in self._inversions(tid, p, q, new):
+                pair = (first, second) if first < second else (second, first)
+                if pair not in self.counted:
+                    self.counted.add(pair)
+                    out.append(cycle_violation(tid, first, second, p, q, self.pos))
         return out
 
     def _inversions(self, tid: str, p: int, q: int, new: set[TxnKey]) -> list[tuple[TxnKey, TxnKey]]:
@@ -130,7 +152,7 @@ class WriteCyclesFamily:
 
     def forget(self, topic_id: str, partition: int, below: int) -> None:
         """Positions below ``below`` on a partition are forgotten (the reader's horizon); a
-        transaction with none left is forgotten with the pairs it was counted in."""
+        transaction read whole with none left is forgotten, with the pairs it was counted in."""
         part = (topic_id, partition)
         order = self.order.get(part)
         if not order or order[0][0] >= below:
@@ -139,37 +161,60 @@ class WriteCyclesFamily:
         old = [t for _o, t in order[:cut]]
         del order[:cut]
         on, fresh = self.by_part[part], self.fresh.get(part, set())
+        done = set()
         for t in old:
             del on[t]
             fresh.discard(t)
             mine = self.pos[t]
             del mine[part]
-            if not mine:
-                del self.pos[t]
-        if any(t not in self.pos for t in old):
-            self.counted = {pair for pair in self.counted if pair[0] in self.pos and pair[1] in self.pos}
+            self.gone.setdefault(t, set()).add(part)
+            if not mine and self._read_whole(t):
+                done.add(t)
+        self._drop(done)
+
+    def _drop(self, txns: set[TxnKey]) -> None:
+        """Forget transactions that have no position left, with the pairs they were counted in."""
+        if not txns:
+            return
+        for t in txns:
+            for held in (self.pos, self.gone, self.read):
+                held.pop(t, None)
+        self.counted = {pair for pair in self.counted if pair[0] not in txns and pair[1] not in txns}
+
+    def _read_whole(self, t: TxnKey) -> bool:
+        size, indexes = self.read.get(t, (0, ()))
+        return len(indexes) >= size  # a header without a size (0): as good as whole
 
     def forget_topic(self, topic_id: str) -> None:
         """A topic ID that is gone: nothing of it is read any more."""
         for part in [k for k in self.by_part if k[0] == topic_id]:
-            self.forget(*part, below=1 << 62)
-            del self.by_part[part], self.order[part]
+            for t in self.by_part.pop(part):
+                del self.pos[t][part]
+            del self.order[part]
             self.fresh.pop(part, None)
+        for t, parts in self.gone.items():
+            parts.difference_update({k for k in parts if k[0] == topic_id})
+        self._drop({t for t in self.read if not self.pos.get(t) and not self.gone.get(t)})
 
     def to_doc(self) -> dict[str, Any]:
         return {"pos": [[*t, tid, p, off] for t, mine in self.pos.items() for (tid, p), off in mine.items()],
                 "counted": [[*a, *b] for a, b in self.counted],
-                "fresh": [[tid, p, *t] for (tid, p), ts in self.fresh.items() for t in ts]}
+                "fresh": [[tid, p, *t] for (tid, p), ts in self.fresh.items() for t in ts],
+                "gone": [[*t, tid, p] for t, parts in self.gone.items() for tid, p in parts],
+                "read": [[*t, size, sorted(indexes)] for t, (size, indexes) in self.read.items()]}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any] | None) -> "WriteCyclesFamily":
-        fam = cls()
-        for wid, inc, txn, tid, p, off in (doc or {}).get("pos", ()):
+        fam, doc = cls(), doc or {}  # absent: a state saved before write cycles were judged
+        for wid, inc, txn, tid, p, off in doc.get("pos", ()):
             t = TxnKey(wid, inc, txn)
             fam.pos.setdefault(t, {})[(tid, p)] = off
             fam.by_part.setdefault((tid, p), {})[t] = off
         fam.order = {part: sorted((off, t) for t, off in on.items()) for part, on in fam.by_part.items()}
-        fam.counted = {(TxnKey(*row[:3]), TxnKey(*row[3:])) for row in (doc or {}).get("counted", ())}
-        for tid, p, *t in (doc or {}).get("fresh", ()):
+        fam.counted = {(TxnKey(*row[:3]), TxnKey(*row[3:])) for row in doc.get("counted", ())}
+        for tid, p, *t in doc.get("fresh", ()):
             fam.fresh.setdefault((tid, p), set()).add(TxnKey(*t))
+        for wid, inc, txn, tid, p in doc.get("gone", ()):
+            fam.gone.setdefault(TxnKey(wid, inc, txn), set()).add((tid, p))
+        fam.read = {TxnKey(wid, inc, txn): [size, set(indexes)] for wid, inc, txn, size, indexes in doc.get("read", ())}
         return fam

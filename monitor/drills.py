@@ -262,10 +262,16 @@ def _g0_write_cycle(d: _Drill, count: int) -> None:
         for producer in producers:
             producer.begin_transaction()
         pa, pb = producers
-        offsets = {"a_p": d.write(d.record(a_p, flags, txn_a, 2, 0), pa, p),
-                   "b_p": d.write(d.record(b_p, flags, txn_b, 2, 0), pb, p),
-                   "b_q": d.write(d.record(b_q, flags, txn_b, 2, 1), pb, q),
-                   "a_q": d.write(d.record(a_q, flags, txn_a, 2, 1), pa, q)}
+        try:
+            offsets = {"a_p": d.write(d.record(a_p, flags, txn_a, 2, 0), pa, p),
+                       "b_p": d.write(d.record(b_p, flags, txn_b, 2, 0), pb, p),
+                       "b_q": d.write(d.record(b_q, flags, txn_b, 2, 1), pb, q),
+                       "a_q": d.write(d.record(a_q, flags, txn_a, 2, 1), pa, q)}
+        except Exception:  # a write failed: end both transactions now, not at their timeout
+            for producer, txn_id in ((pa, txn_a), (pb, txn_b)):
+                producer.abort_transaction(30)
+                d.ledger.append(TxnEnd(txn_id, TxnOutcome.ABORTED), sync=True)
+            raise
         for producer in producers:
             producer.commit_transaction(30)
         d.outcomes([(a_p, WriteOutcome.ACKED, offsets["a_p"]), (b_p, WriteOutcome.ACKED, offsets["b_p"])], p)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -183,7 +182,6 @@ def audit_counts(report: dict) -> dict[tuple[str, str], int]:
 
 
 G0 = (Invariant.G0_WRITE_CYCLE.value, Isolation.READ_COMMITTED.value)
-_CYCLE = re.compile(r"txn (\d+) of writer ([0-9a-f]{16})/(\d+) and txn (\d+) of writer ([0-9a-f]{16})/(\d+):")
 
 
 def safety(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
@@ -194,13 +192,10 @@ def safety(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
 
 def own_cycles(evidence: Path, writer_id: int, inc: int) -> int:
     """The write cycles in the evidence log between two transactions of one writer incarnation."""
-    me = (f"{writer_id:016x}", str(inc))
-    n = 0
-    for line in evidence.read_text().splitlines() if evidence.exists() else ():
-        e = json.loads(line)
-        m = _CYCLE.match(e.get("detail", "")) if e.get("invariant") == G0[0] else None
-        n += bool(m and m.group(2, 3) == me == m.group(5, 6))
-    return n
+    me = [f"{writer_id:016x}", inc]
+    lines = [json.loads(line) for line in (evidence.read_text().splitlines() if evidence.exists() else ())]
+    return sum(1 for e in lines if e["invariant"] == G0[0] and [e["writer_id"], e["incarnation"]] == me
+               and (e.get("other_txn") or [None, None])[:2] == me)
 
 
 def live_history(port: int) -> dict[tuple[str, str], int]:

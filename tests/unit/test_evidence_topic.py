@@ -35,5 +35,6 @@ def test_records_the_evidence_topic_refuses_are_counted_and_said_once_and_the_fi
             Violation(Invariant.DUPLICATE, Isolation.READ_UNCOMMITTED, "tid", 2, (8, 9), (1, 0), seq=4)]
     size = log.write(0, lost, 0, {}, lambda _t: "canary", lambda _t, _p: 1, now=1000.0)
     assert len(log.path.read_text().splitlines()) == 2 and size == log.path.stat().st_size
-    assert errors.snapshot() == {("evidence", "authorization"): 3}  # two lines and the end marker
+    assert errors.snapshot() == {("evidence", "authorization"): 3,  # two lines and the end marker
+                                 ("evidence", "authentication"): 0, ("evidence", "tls"): 0}
     assert len(said) == 1 and said[0].startswith("vigil: evidence: an ACL does not allow this to 'vigil-canary'")
