@@ -24,8 +24,10 @@ pairs it was counted in, until every record of it was read (the header's transac
 all its positions are forgotten. So a cycle is missed only where a position was forgotten before
 the other transaction's on that partition was read (positions further apart than the horizon on
 one partition, or one partition's reader more than a horizon ahead of another's): the audit's
-only. A transaction never read whole (a torn one, one begun before the reader started) stays
-remembered in that small form.
+only. A transaction never read whole (a torn one, one cut by the log start where the reader
+began) stays remembered in that small form: a few per reader start. A copy of a record of a
+transaction already forgotten, read more than a horizon later (a duplicate that far apart, which
+the live duplicate check also leaves to the audit), is taken for a new position.
 
 **Logs that change.** A position is the lowest offset read; a record read again lower (a
 rewritten log) moves it down and judges its pairs again; a record that vanishes does not move it
