@@ -247,6 +247,7 @@ class Checker(TopicLifecycle):
                 report(self.acked.on_vanished(key, v, off, old))
                 if key.iso is RC:
                     self.txns.on_vanished(WriteKey(key.topic_id, key.partition, *old), off)
+                    self.cycles.on_vanished(key.topic_id, key.partition, off)
             if new is not None:
                 if is_canary(new):
                     self.records_checked[key.iso] += 1

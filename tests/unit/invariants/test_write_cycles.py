@@ -213,3 +213,23 @@ def test_a_record_read_again_lower_moves_the_position():
     (v,) = fam.judge()
     assert "partition 0 at offsets 10 / 8" in v.detail
     assert fam.order[(TOPIC, 0)] == [(8, u), (10, t)] and fam.by_part[(TOPIC, 0)] == {t: 10, u: 8}
+
+
+def test_a_position_whose_record_vanished_is_taken_away():
+    """A node back empty: the new log reuses the offsets. The old transaction's position there is
+    gone with its record; a new transaction read again at a reused (lower) offset is not ordered
+    against it — that made up cycles the final log does not hold."""
+    fam = WriteCyclesFamily()
+    old, new = TxnKey(1, 1, 1), TxnKey(1, 1, 2)
+    fam.on_read(old, TOPIC, 0, 100, False, 2, 0)  # p0: the log to be wiped
+    fam.on_read(old, TOPIC, 1, 50, False, 2, 1)
+    fam.on_read(new, TOPIC, 1, 60, False, 2, 1)  # p1 keeps its log: old before new
+    assert fam.judge() == []
+    fam.on_vanished(TOPIC, 0, 100)  # re-read: offset 100 holds something else now
+    fam.on_read(new, TOPIC, 0, 3, False, 2, 0)  # the new log's record, at a reused offset
+    assert fam.judge() == []
+    assert fam.gone[old] == {(TOPIC, 0)} and fam.pos[old] == {(TOPIC, 1): 50}
+    fam.on_read(old, TOPIC, 0, 101, False, 2, 0)  # a record of it there again: no position
+    assert fam.judge() == [] and (TOPIC, 0) not in fam.pos[old]
+    fam.on_vanished(TOPIC, 1, 50)  # nothing of it left to compare, and read whole: forgotten
+    assert old not in fam.pos and old not in fam.read
