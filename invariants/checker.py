@@ -240,6 +240,8 @@ class Checker(TopicLifecycle):
             if old != (None if r is None else r.ident):
                 changed.append((off, old, r))
         report = self.sink.extend
+        if changed and key.iso is RC:  # before the new records are read in
+            self.cycles.on_rewritten(key.topic_id, key.partition, changed[0][0])
         for off, old, r in changed:
             new = None if r is None else r.ident
             report(self.offsets.on_change(key, off, old, new, other))
@@ -247,7 +249,6 @@ class Checker(TopicLifecycle):
                 report(self.acked.on_vanished(key, v, off, old))
                 if key.iso is RC:
                     self.txns.on_vanished(WriteKey(key.topic_id, key.partition, *old), off)
-                    self.cycles.on_vanished(key.topic_id, key.partition, off)
             if new is not None:
                 if is_canary(new):
                     self.records_checked[key.iso] += 1

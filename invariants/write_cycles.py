@@ -30,12 +30,13 @@ transaction already forgotten, read more than a horizon later (a duplicate that 
 the live duplicate check also leaves to the audit), is taken for a new position.
 
 **Logs that change.** A position is the lowest offset read; a record read again lower (a
-rewritten log) moves it down and judges its pairs again. A record read at a position and then
-found gone (a re-read finds another record or none there) takes the position away: the
-transaction is judged on that partition no more (its old position against a new log's reused
-offsets made up cycles: 19 on the wiped-partition test before this rule, where the audit counted
-none). A cycle counted before a rewrite stays counted; the audit, reading the final log, judges
-what is left. Live and the audit are **not** held equal on a log rewritten under the reader: live
+rewritten log) moves it down and judges its pairs again. A record read and then found changed or
+gone (a re-read finds another record or none there) takes the position on it away: the
+transaction is judged on that partition no more — and so are all positions above it there, which
+rest on the old log or on a mix of both (old positions against a new log's reused offsets made up
+cycles: 19 and 26 on the wiped-partition test before this rule, where the audit counted none).
+A cycle counted before a rewrite stays counted; the audit, reading the final log, judges what is
+left. Live and the audit are **not** held equal on a log rewritten under the reader: live
 reads a log that restarted at lower offsets (a node back empty, an unclean election) only where it
 reads again, the audit reads the final log whole — measured on the local cluster with a node's
 partitions wiped under one transactional writer, live 0, audit 5 in one run (one writer's
@@ -90,7 +91,6 @@ class WriteCyclesFamily:
 
     def __init__(self) -> None:
         self.pos: dict[TxnKey, dict[Part, int]] = {}  # transaction -> its position per partition
-        self.by_part: dict[Part, dict[TxnKey, int]] = {}  # partition -> transaction -> position
         self.order: dict[Part, list[tuple[int, TxnKey]]] = {}  # partition -> (position, transaction), sorted
         self.counted: set[tuple[TxnKey, TxnKey]] = set()  # pairs counted (lower key first)
         self.fresh: dict[Part, set[TxnKey]] = {}  # positions new since the last judgement
@@ -118,7 +118,6 @@ class WriteCyclesFamily:
         if old is not None:  # read again lower (a rewritten log): the position moves
             order.remove((old, tkey))
         mine[part] = offset
-        self.by_part.setdefault(part, {})[tkey] = offset
         if order and order[-1][0] > offset:
             insort(order, (offset, tkey))
         else:
@@ -147,36 +146,34 @@ class WriteCyclesFamily:
 
     def _inversions(self, tid: str, p: int, q: int, new: set[TxnKey]) -> list[tuple[TxnKey, TxnKey]]:
         """The pairs ordered differently on p and q with one of ``new`` in them (and maybe others)."""
-        on_p, on_q = self.by_part[(tid, p)], self.by_part[(tid, q)]
-        order_p, order_q = self.order[(tid, p)], self.order[(tid, q)]
-        mine = [(t, on_p[t], on_q[t]) for t in new if t in on_p and t in on_q]
+        kp, kq = (tid, p), (tid, q)
+        order_p, order_q = self.order[kp], self.order[kq]
+        mine = [(t, self.pos[t][kp], self.pos[t][kq]) for t in new if kp in self.pos[t] and kq in self.pos[t]]
         after = [(bisect_right(order_p, (fp, MAX_KEY)), bisect_right(order_q, (fq, MAX_KEY))) for _t, fp, fq in mine]
         work = sum(len(order_p) - ap + len(order_q) - aq for ap, aq in after)
-        if work > 4 * min(len(on_p), len(on_q)) + self.sweep_slack:
-            small, large = (on_p, on_q) if len(on_p) <= len(on_q) else (on_q, on_p)
-            return inversions({t: (on_p[t], on_q[t]) for t in small if t in large})
+        if work > 4 * min(len(order_p), len(order_q)) + self.sweep_slack:
+            small, other = (order_p, kq) if len(order_p) <= len(order_q) else (order_q, kp)
+            both = [t for _o, t in small if other in self.pos[t]]
+            return inversions({t: (self.pos[t][kp], self.pos[t][kq]) for t in both})
         out: list[tuple[TxnKey, TxnKey]] = []
         for (f, fp, fq), (ap, aq) in zip(mine, after):
-            out.extend((u, f) for _o, u in order_q[aq:] if on_p.get(u, fp) < fp)  # u first on p, f on q
-            out.extend((f, u) for _o, u in order_p[ap:] if on_q.get(u, fq) < fq)  # f first on p, u on q
+            out.extend((u, f) for _o, u in order_q[aq:] if self.pos[u].get(kp, fp) < fp)  # u first on p, f on q
+            out.extend((f, u) for _o, u in order_p[ap:] if self.pos[u].get(kq, fq) < fq)  # f first on p, u on q
         return out
 
-    def on_vanished(self, topic_id: str, partition: int, offset: int) -> None:
-        """read_committed no longer finds the record it read at ``offset`` (a rewritten log): a
-        position resting on it is taken away, and the transaction is judged on that partition no
-        more (its next record there may be gone too, or a new log's at a reused offset)."""
+    def on_rewritten(self, topic_id: str, partition: int, offset: int) -> None:
+        """A re-read by read_committed found the record it had read at ``offset`` changed or gone:
+        the log was rewritten from there, and every position at or above it rests on the old log
+        (or on a mix of both). They are taken away — those transactions are judged on that
+        partition no more — before what the re-read found is read in."""
         part = (topic_id, partition)
         order = self.order.get(part)
         if not order:
             return
         i = bisect_left(order, (offset, MIN_KEY))
-        while i < len(order) and order[i][0] == offset:
-            t = order.pop(i)[1]
-            del self.by_part[part][t], self.pos[t][part]
-            self.fresh.get(part, set()).discard(t)
-            self.gone.setdefault(t, set()).add(part)
-            if not self.pos[t] and self._read_whole(t):
-                self._drop({t})
+        old = [t for _o, t in order[i:]]
+        del order[i:]
+        self._drop({t for t in old if self._take_away(t, part)})
 
     def forget(self, topic_id: str, partition: int, below: int) -> None:
         """Positions below ``below`` on a partition are forgotten (the reader's horizon); a
@@ -188,17 +185,15 @@ class WriteCyclesFamily:
         cut = bisect_right(order, (below - 1, MAX_KEY))
         old = [t for _o, t in order[:cut]]
         del order[:cut]
-        on, fresh = self.by_part[part], self.fresh.get(part, set())
-        done = set()
-        for t in old:
-            del on[t]
-            fresh.discard(t)
-            mine = self.pos[t]
-            del mine[part]
-            self.gone.setdefault(t, set()).add(part)
-            if not mine and self._read_whole(t):
-                done.add(t)
-        self._drop(done)
+        self._drop({t for t in old if self._take_away(t, part)})
+
+    def _take_away(self, t: TxnKey, part: Part) -> bool:
+        """Its position on ``part`` (already out of the partition's order) is gone, marked so; True
+        when nothing of it is left to compare and it was read whole."""
+        del self.pos[t][part]
+        self.fresh.get(part, set()).discard(t)
+        self.gone.setdefault(t, set()).add(part)
+        return not self.pos[t] and self._read_whole(t)
 
     def _drop(self, txns: set[TxnKey]) -> None:
         """Forget transactions that have no position left, with the pairs they were counted in."""
@@ -215,10 +210,9 @@ class WriteCyclesFamily:
 
     def forget_topic(self, topic_id: str) -> None:
         """A topic ID that is gone: nothing of it is read any more."""
-        for part in [k for k in self.by_part if k[0] == topic_id]:
-            for t in self.by_part.pop(part):
+        for part in [k for k in self.order if k[0] == topic_id]:
+            for _o, t in self.order.pop(part):
                 del self.pos[t][part]
-            del self.order[part]
             self.fresh.pop(part, None)
         for t, parts in self.gone.items():
             parts.difference_update({k for k in parts if k[0] == topic_id})
@@ -237,8 +231,9 @@ class WriteCyclesFamily:
         for wid, inc, txn, tid, p, off in doc.get("pos", ()):
             t = TxnKey(wid, inc, txn)
             fam.pos.setdefault(t, {})[(tid, p)] = off
-            fam.by_part.setdefault((tid, p), {})[t] = off
-        fam.order = {part: sorted((off, t) for t, off in on.items()) for part, on in fam.by_part.items()}
+            fam.order.setdefault((tid, p), []).append((off, t))
+        for order in fam.order.values():
+            order.sort()
         fam.counted = {(TxnKey(*row[:3]), TxnKey(*row[3:])) for row in doc.get("counted", ())}
         for tid, p, *t in doc.get("fresh", ()):
             fam.fresh.setdefault((tid, p), set()).add(TxnKey(*t))

@@ -158,8 +158,8 @@ def _inverted(items: list[tuple[int, TxnKey]]) -> list[tuple[TxnKey, TxnKey]]:
     mid = len(items) // 2
     left, right = items[:mid], items[mid:]
     pairs = _inverted(left) + _inverted(right)
-    left_q = sorted(oq for oq, _k in left)
     left_by_q = sorted(left)
+    left_q = [oq for oq, _k in left_by_q]
     for oq, k in right:
         pairs.extend((lk, k) for _lq, lk in left_by_q[bisect.bisect_right(left_q, oq):])
     return pairs

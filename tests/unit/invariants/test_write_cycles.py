@@ -126,7 +126,7 @@ def test_with_a_horizon_never_a_cycle_that_is_not_one_nor_one_twice(log, seed, h
     for p in log:
         fam.forget(TOPIC, p, len(log[p]) + 1)
     whole = {t for t, (size, idx) in fam.read.items() if len(idx) >= size}
-    assert not whole and not fam.pos and not any(fam.by_part.values()) and not fam.counted
+    assert not whole and not fam.pos and not any(fam.order.values()) and not fam.counted
 
 @given(log=logs())
 @settings(max_examples=200, deadline=None)
@@ -186,7 +186,7 @@ def test_forgotten_positions_are_no_longer_compared_and_pairs_are_forgotten_with
     assert len(fam.judge()) == 1 and fam.counted
     fam.forget(TOPIC, 0, 7)
     fam.forget(TOPIC, 1, 7)
-    assert not fam.pos and not fam.counted and not any(fam.by_part.values())
+    assert not fam.pos and not fam.counted and not any(fam.order.values())
     fam.on_read(x, TOPIC, 0, 100, False)
     fam.forget(TOPIC, 0, 50)  # only what is below goes
     assert fam.pos == {x: {(TOPIC, 0): 100}}
@@ -197,7 +197,7 @@ def test_a_topic_that_is_gone_is_forgotten():
     fam.on_read(TxnKey(1, 1, 1), TOPIC, 0, 5, False)
     fam.on_read(TxnKey(1, 1, 1), "other", 0, 5, False)
     fam.forget_topic(TOPIC)
-    assert fam.pos == {TxnKey(1, 1, 1): {("other", 0): 5}} and set(fam.by_part) == {("other", 0)}
+    assert fam.pos == {TxnKey(1, 1, 1): {("other", 0): 5}} and set(fam.order) == {("other", 0)}
     assert fam.fresh == {("other", 0): {TxnKey(1, 1, 1)}} and set(fam.order) == {("other", 0)}
 
 
@@ -212,24 +212,29 @@ def test_a_record_read_again_lower_moves_the_position():
     fam.on_read(u, TOPIC, 0, 9, False)  # not its first record there
     (v,) = fam.judge()
     assert "partition 0 at offsets 10 / 8" in v.detail
-    assert fam.order[(TOPIC, 0)] == [(8, u), (10, t)] and fam.by_part[(TOPIC, 0)] == {t: 10, u: 8}
+    assert fam.order[(TOPIC, 0)] == [(8, u), (10, t)] and (fam.pos[t][(TOPIC, 0)], fam.pos[u][(TOPIC, 0)]) == (10, 8)
 
 
-def test_a_position_whose_record_vanished_is_taken_away():
+def test_positions_from_a_rewritten_offset_up_are_taken_away():
     """A node back empty: the new log reuses the offsets. The old transaction's position there is
     gone with its record; a new transaction read again at a reused (lower) offset is not ordered
-    against it — that made up cycles the final log does not hold."""
+    against it — that made up cycles the final log does not hold. Every position from the first
+    changed offset up rests on the old log (or a mix): all are taken away."""
     fam = WriteCyclesFamily()
-    old, new = TxnKey(1, 1, 1), TxnKey(1, 1, 2)
+    old, new, later = TxnKey(1, 1, 1), TxnKey(1, 1, 2), TxnKey(1, 1, 3)
     fam.on_read(old, TOPIC, 0, 100, False, 2, 0)  # p0: the log to be wiped
+    fam.on_read(later, TOPIC, 0, 120, False, 2, 0)
     fam.on_read(old, TOPIC, 1, 50, False, 2, 1)
     fam.on_read(new, TOPIC, 1, 60, False, 2, 1)  # p1 keeps its log: old before new
+    fam.on_read(later, TOPIC, 1, 70, False, 2, 1)
     assert fam.judge() == []
-    fam.on_vanished(TOPIC, 0, 100)  # re-read: offset 100 holds something else now
+    fam.on_rewritten(TOPIC, 0, 100)  # re-read: offset 100 holds something else now
     fam.on_read(new, TOPIC, 0, 3, False, 2, 0)  # the new log's record, at a reused offset
     assert fam.judge() == []
-    assert fam.gone[old] == {(TOPIC, 0)} and fam.pos[old] == {(TOPIC, 1): 50}
+    assert fam.gone[old] == fam.gone[later] == {(TOPIC, 0)} and fam.pos[old] == {(TOPIC, 1): 50}
+    assert fam.order[(TOPIC, 0)] == [(3, new)]
     fam.on_read(old, TOPIC, 0, 101, False, 2, 0)  # a record of it there again: no position
     assert fam.judge() == [] and (TOPIC, 0) not in fam.pos[old]
-    fam.on_vanished(TOPIC, 1, 50)  # nothing of it left to compare, and read whole: forgotten
+    fam.on_rewritten(TOPIC, 1, 50)  # nothing of old left to compare, and read whole: forgotten
     assert old not in fam.pos and old not in fam.read
+    assert fam.pos[new] == {(TOPIC, 0): 3} and fam.order[(TOPIC, 1)] == []
