@@ -259,6 +259,19 @@ class EvidenceConfig(_Model):
                        "and index, so a replayed batch overwrites itself in a compacted topic); empty = off")
 
 
+class EosConfig(_Model):
+    output_topic: str = Field("vigil-eos-out", min_length=1, description="output topic of the exactly-once "
+                              "pipeline canary (`vigil eos run`), created with the canary topic's partitions "
+                              "and replication")
+    group: str = Field("vigil-eos", min_length=1, description="its consumer group; `<group>-<instance id>` is "
+                       "its transactional id and static member id (keep the vigil- prefix: the secured local "
+                       "cluster's ACLs grant groups and transactional ids by it)")
+    abort_every: int = Field(5, ge=0, description="abort every Nth transaction on purpose (0 = never); where "
+                             "the consumer stands after each abort is reported (KAFKA-17582)")
+    close_bound_s: float = Field(30.0, gt=0, description="a close() that has not returned after this long is "
+                                 "reported hung (KAFKA-17734) and the worker killed")
+
+
 class WatchConfig(_Model):
     checkpoint_dir: str = Field("", description="Spark checkpoint and checker state; empty = <state_dir>/checkpoint")
     spark_master: str = Field("local[2]", description="Spark master of the watch job; empty = the one "
@@ -320,6 +333,7 @@ class Config(_Model):
     writers: list[WriterConfig] = Field(default_factory=_default_writers, description="canary writers of `vigil run`")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+    eos: EosConfig = Field(default_factory=EosConfig)
 
     @model_validator(mode="after")
     def _unique_writer_names(self) -> "Config":

@@ -13,7 +13,8 @@ want_test=0
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 
 need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# javac too: the EOS pipeline canary (monitor/eos/EosWorker.java) is compiled on first use
+command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # The tests run a real Prometheus and promtool (alert rule tests).

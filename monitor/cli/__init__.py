@@ -12,7 +12,7 @@ from rich.text import Text
 
 from invariants.errors import VigilError
 from monitor.cli import (
-    audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, produce_cmd, retire_cmd, run_cmd,
+    audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, eos_cmd, produce_cmd, retire_cmd, run_cmd,
     soak_cmd, spark_cmd, state_cmd, status_cmd, watch_cmd,
 )
 
@@ -29,6 +29,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(spark_cmd.app, name="spark")
 app.add_typer(state_cmd.app, name="state")
+app.add_typer(eos_cmd.app, name="eos")
 app.command("produce")(produce_cmd.produce)
 app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)

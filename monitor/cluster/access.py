@@ -2,10 +2,11 @@
 ``kafka.security`` SCRAM user) is created or given its current password, and granted exactly what
 Vigil's clients need — nothing on other topics, no cluster-wide rights.
 
-- its canary and ledger topics: create, write, read, describe, describe their configuration (the
-  promise class of a write comes from the topic's settings);
+- its canary, ledger and EOS output topics: create, write, read, describe, describe their
+  configuration (the promise class of a write comes from the topic's settings);
 - its transactional ids (prefixed ``vigil-``): write, describe;
-- its groups (prefixed ``vigil-``; readers use ``assign()`` and commit nothing): read, describe.
+- its groups (prefixed ``vigil-``; readers use ``assign()`` and commit nothing, the EOS worker
+  commits its group's offsets in its transactions): read, describe.
 
 Applied through the admin API as the cluster's super user, after the brokers are up; idempotent.
 """
@@ -33,7 +34,7 @@ def canary_acls(cfg: Config) -> list[AclBinding]:
     def allow(kind: ResourceType, name: str, pattern: ResourcePatternType, op: AclOperation) -> AclBinding:
         return AclBinding(kind, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
 
-    topics = sorted({cfg.canary.name, cfg.ledger.topic})
+    topics = sorted({cfg.canary.name, cfg.ledger.topic, cfg.eos.output_topic})
     return ([allow(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, op) for t in topics for op in TOPIC_OPERATIONS]
             + [allow(ResourceType.TRANSACTIONAL_ID, PREFIX, ResourcePatternType.PREFIXED, op)
                for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]

@@ -1,0 +1,121 @@
+"""Run the Java EOS worker as a child process and collect what it reports.
+
+The worker's stdout is one JSON event per line (see ``EosWorker.java``); a reader thread keeps
+them, in order, for whoever watches the worker: the abort positions, the drills it applied,
+progress, and how long its ``close()`` took. Its stderr goes to a log file. ``stop`` asks it to
+close (SIGTERM) and counts a close that does not return within the bound (KAFKA-17734) before it
+kills it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor import client_config
+from monitor.cluster.java import find_java
+from monitor.config import Config
+from monitor.eos.build import MAIN_CLASS, worker_classpath
+
+EVENT_KINDS = ("started", "assigned", "revoked", "abort", "drill", "progress", "closed")
+
+
+def properties(cfg: Config) -> str:
+    """The worker's client settings as a Java properties file's text (bootstrap and security)."""
+    lines = []
+    for key, value in client_config.spark_source(cfg, ledger=False).items():
+        lines.append(f"{key.removeprefix('kafka.')}={_escape(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+@dataclass
+class EosWorker:
+    """One worker process; ``start`` again after ``kill`` is the same worker restarted (same
+    transactional id: the new instance fences the old one's open transaction)."""
+
+    cfg: Config
+    input_topic: str
+    output_topic: str
+    group: str
+    transactional_id: str
+    workdir: Path
+    abort_every: int = 5
+    events: list[dict[str, Any]] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def control(self) -> Path:
+        return self.workdir / "control"
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        props = self.workdir / "client.properties"  # may hold the SASL password: the owner's only
+        fd = os.open(props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(properties(self.cfg))
+        cp = worker_classpath(self.cfg.cluster.kafka_version, self.cfg.watch.java_home)
+        java = find_java(self.cfg.watch.java_home).executable
+        log = open(self.workdir / "worker.log", "ab")
+        self.proc = subprocess.Popen(
+            [java, "-Xmx256m", "-cp", cp, MAIN_CLASS, str(props), self.input_topic, self.output_topic, self.group,
+             self.transactional_id, str(self.abort_every), str(self.control)],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True, name="eos-worker-events").start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not an event (a JVM warning on stdout): nothing to keep
+            if isinstance(event, dict) and event.get("event") in EVENT_KINDS:
+                with self._lock:
+                    self.events.append(event)
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.events if e.get("event") == kind]
+
+    def wait_for(self, kind: str, count: int, timeout_s: float) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while len(found := self.of_kind(kind)) < count and time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        return found
+
+    def drill(self, kind: str) -> None:
+        """Ask the running worker for a drill (``eos_loss`` or ``eos_duplicate``)."""
+        Path(f"{self.control}.{kind}").write_bytes(b"")
+
+    def kill(self) -> None:
+        """SIGKILL, mid-transaction or not."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, close_bound_s: float = 60.0) -> bool:
+        """Ask it to close; True when it exited within ``close_bound_s``, else (a hung close) killed."""
+        if self.proc is None or self.proc.poll() is not None:
+            return True
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=close_bound_s)
+            return True
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return False

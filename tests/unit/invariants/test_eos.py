@@ -1,0 +1,132 @@
+"""eos_loss / eos_duplicate: the verdict against injected faults over simulated pipelines, and the
+after-abort classes; the output record format never raises."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from invariants.eos import AFTER_ABORT_CLASSES, classify_after_abort, eos_verdict
+from monitor.eos import output_format
+
+
+def simulate(seed: int, partitions: int = 3, steps: int = 60):
+    """A consume-transform-produce worker over a source with gaps (control records, aborted
+    records), committing, aborting (and rewinding), crashing, and now and then doing what the
+    drills do: skipping an aborted transaction's records, or writing one record twice.
+
+    Returns the source, the committed offsets, the committed output and what was injected."""
+    rng = random.Random(seed)
+    source = {}
+    for p in range(partitions):
+        offsets, o = [], 0
+        for _ in range(rng.randint(0, 40)):
+            o += rng.choice([1, 1, 1, 2, 3])  # gaps: what read_committed skips
+            offsets.append(o)
+        source[p] = offsets
+    committed = {}  # p -> next offset
+    position = {p: 0 for p in range(partitions)}  # index into source[p]
+    output: list[tuple[int, int]] = []
+    lost, duplicated = set(), set()
+    for _ in range(steps):
+        txn = []
+        for p in rng.sample(range(partitions), rng.randint(1, partitions)):
+            take = source[p][position[p]:position[p] + rng.randint(1, 5)]
+            txn += [(p, o) for o in take]
+            position[p] += len(take)
+        if not txn:
+            continue
+        outcome = rng.choice(["commit", "commit", "commit", "abort", "crash", "skip", "dup"])
+        ends = {}
+        for p, o in txn:
+            ends[p] = o + 1
+        if outcome in ("commit", "dup"):
+            out = list(txn)
+            if outcome == "dup":
+                out.append(txn[0])
+                duplicated.add(txn[0])
+            output += out
+            committed.update(ends)
+            continue
+        if outcome == "skip":  # aborted, not rewound, its position committed at once
+            lost |= set(txn)
+            committed.update(ends)
+            continue
+        for p in {p for p, _ in txn}:  # abort or crash: back to the committed offset
+            c = committed.get(p, 0)
+            position[p] = sum(1 for o in source[p] if o < c)
+    return source, committed, output, lost, duplicated
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 4), st.floats(0.0, 1.2), st.integers(1, 40))
+def test_the_verdict_finds_exactly_what_was_injected_below_what_is_known(seed, partitions, cut, steps):
+    source, committed, output, lost, duplicated = simulate(seed, partitions, steps)
+    # the source reader read some of each partition: only what it read, below the committed offset, is judged
+    read_to = {p: int(max(offsets, default=0) * cut) + 1 for p, offsets in source.items()}
+    seen = {p: [o for o in offsets if o < read_to[p]] for p, offsets in source.items()}
+    verdict = eos_verdict(seen, read_to, committed, output)
+    assert set(verdict.losses) == {(p, o) for p, o in lost if o < min(read_to[p], committed.get(p, 0))}
+    assert list(verdict.losses) == sorted(verdict.losses)
+    assert verdict.duplicates == tuple(sorted((p, o, 2) for p, o in duplicated))
+
+
+def test_a_healthy_pipeline_with_aborts_and_crashes_is_clean():
+    for seed in range(200):
+        source, committed, output, lost, duplicated = simulate(seed)
+        if lost or duplicated:
+            continue
+        read_to = {p: max(offsets, default=0) + 1 for p, offsets in source.items()}
+        verdict = eos_verdict(source, read_to, committed, output)
+        assert verdict.losses == () and verdict.duplicates == ()
+
+
+def test_loss_is_judged_only_below_the_committed_offset_and_what_the_source_reader_read():
+    source = {0: [0, 1, 2, 4, 5]}
+    output = [(0, 0), (0, 2)]
+    assert eos_verdict(source, {0: 6}, {0: 5}, output).losses == ((0, 1), (0, 4))
+    assert eos_verdict(source, {0: 2}, {0: 5}, output).losses == ((0, 1),)
+    assert eos_verdict(source, {0: 6}, {}, output).losses == ()
+    assert eos_verdict(source, {0: 6}, {0: 5}, output).judged == {0: 5}
+
+
+def test_a_record_in_the_output_three_times_is_one_duplicate_position_with_its_copies():
+    verdict = eos_verdict({0: [7]}, {0: 8}, {0: 8}, [(0, 7)] * 3)
+    assert verdict.duplicates == ((0, 7, 3),) and verdict.losses == ()
+
+
+def test_after_abort_classes():
+    assert classify_after_abort(10, 20, 20, 10) == "advance"
+    assert classify_after_abort(10, 20, 10, 10) == "rewind"
+    assert classify_after_abort(11, 20, 10, 10) == "rewind"  # committed trails the position by a control record
+    assert classify_after_abort(10, 20, 10) == "rewind"  # no committed offset yet
+    assert classify_after_abort(10, 20, 5, 10) == "rewind_further"
+    assert classify_after_abort(10, 20, 5) == "rewind_further"
+    assert classify_after_abort(10, 20, 15, 10) == "other"
+    assert classify_after_abort(10, 20, 25, 10) == "other"
+
+
+@given(st.integers(0, 100), st.integers(1, 100), st.integers(0, 300), st.integers(-1, 100))
+def test_every_position_after_an_abort_has_one_class(before, length, after, committed):
+    end = before + length
+    cls = classify_after_abort(before, end, after, committed)
+    assert cls in AFTER_ABORT_CLASSES
+    assert (cls == "advance") == (after == end)
+    if cls == "rewind_further":
+        assert after < before
+
+
+@given(st.binary(max_size=80))
+def test_output_decode_never_raises(value):
+    decoded = output_format.decode(value)
+    assert decoded is None or (decoded[0] >= 0 and decoded[1] >= 0)
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.binary(max_size=100))
+def test_output_round_trip(partition, offset, source_value):
+    value = output_format.encode(partition, offset, source_value)
+    assert output_format.decode(value) == (partition, offset)
+    assert len(value) == output_format.HEAD.size + min(48, len(source_value))
+    assert output_format.decode(None) is None and output_format.decode(b"VG" + value[2:]) is None
