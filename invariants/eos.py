@@ -75,3 +75,126 @@ def eos_verdict(source: Mapping[int, Iterable[int]], read_to: Mapping[int, int],
                     if o < judged.get(p, 0) and (p, o) not in copies)
     duplicates = sorted((p, o, n) for (p, o), n in copies.items() if n > 1)
     return EosVerdict(tuple(losses), tuple(duplicates), judged)
+
+
+def _ranges(offsets: Iterable[int]) -> list[list[int]]:
+    """Sorted offsets as ``[first, count]`` runs of consecutive ones (the saved form)."""
+    out: list[list[int]] = []
+    for o in sorted(offsets):
+        if out and out[-1][0] + out[-1][1] == o:
+            out[-1][1] += 1
+        else:
+            out.append([o, 1])
+    return out
+
+
+@dataclass(frozen=True)
+class EosFinding:
+    invariant: str  # "eos_loss" | "eos_duplicate"
+    partition: int  # of the source
+    offset: int  # of the source
+    copies: int  # in the committed output when judged
+
+
+class EosLive:
+    """The live form of the rule: fed in any split of the reads, it judges each source position
+    once, as :func:`eos_verdict` does on the whole history.
+
+    - ``read_source(p, offsets)``: what ``read_committed`` read of source partition p, in order;
+      everything below the last offset read + 1 has been read.
+    - ``read_output(q, positions, reader_at)``: the source positions of output records read on
+      output partition q, and the output reader's position after them (Spark's end offset of the
+      batch: past control records too); a second copy of a position is ``eos_duplicate`` at once.
+    - ``committed(offsets, output_ends)``: a sample of the group's committed offsets, and the
+      output's ends taken *after* it. Once the output reader is at or past every one of those
+      ends, each source position read below ``min(committed, source read)`` without a copy is
+      ``eos_loss``; a later sample judges further. Positions are judged once.
+
+    Copies of judged positions are remembered ``horizon`` offsets back (a copy further back than
+    that is the audit's only, as the other families' far duplicates are). The live rule judges up
+    to the highest committed offset it sampled, the audit up to the last: a group whose offsets were
+    moved back (an operator's reset) is judged further live. Source positions are partitions and
+    offsets of the topic as it is now: a recreated canary topic starts a new pipeline (a new group).
+    """
+
+    MAX_SAMPLES = 64
+
+    def __init__(self, horizon: int = 100_000) -> None:
+        self.horizon = horizon
+        self.unjudged: dict[int, set[int]] = {}  # source p -> offsets read, not judged yet
+        self.read_to: dict[int, int] = {}  # source p -> last offset read + 1
+        self.copies: dict[int, dict[int, int]] = {}  # source p -> offset -> copies seen in the output
+        self.judged_to: dict[int, int] = {}  # source p -> offsets below are judged
+        self.output_at: dict[int, int] = {}  # output q -> reader position
+        self.samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, output ends), oldest first
+
+    def read_source(self, partition: int, offsets: Iterable[int]) -> None:
+        below = self.judged_to.get(partition, 0)
+        fresh = [o for o in offsets if o >= below]
+        if fresh:
+            self.unjudged.setdefault(partition, set()).update(fresh)
+            self.read_to[partition] = max(self.read_to.get(partition, 0), max(fresh) + 1)
+
+    def read_output(self, partition: int, positions: Iterable[tuple[int, int]],
+                    reader_at: int | None = None) -> list[EosFinding]:
+        found = []
+        for p, o in positions:
+            seen = self.copies.setdefault(p, {})
+            seen[o] = seen.get(o, 0) + 1
+            if seen[o] == 2:
+                found.append(EosFinding("eos_duplicate", p, o, 2))
+        if reader_at is not None:
+            self.output_at[partition] = max(self.output_at.get(partition, 0), reader_at)
+        return found
+
+    def committed(self, offsets: Mapping[int, int], output_ends: Mapping[int, int]) -> None:
+        self.samples.append((dict(offsets), dict(output_ends)))
+        # The newest sample judges all that an older one would (later): older ones may go.
+        del self.samples[:-self.MAX_SAMPLES]
+
+    def judge(self) -> list[EosFinding]:
+        """Losses below the newest sample whose output ends the reader has reached."""
+        ready = [i for i, (_c, ends) in enumerate(self.samples)
+                 if all(self.output_at.get(q, 0) >= end for q, end in ends.items())]
+        if not ready:
+            return []
+        committed, _ends = self.samples[ready[-1]]
+        del self.samples[:ready[-1] + 1]
+        found = []
+        for p, c in sorted(committed.items()):
+            limit = min(c, self.read_to.get(p, 0))
+            if limit <= self.judged_to.get(p, 0):
+                continue
+            pending = self.unjudged.get(p, set())
+            seen = self.copies.get(p, {})
+            for o in sorted(x for x in pending if x < limit):
+                pending.discard(o)
+                if not seen.get(o):
+                    found.append(EosFinding("eos_loss", p, o, 0))
+            self.judged_to[p] = limit
+            for o in [o for o in seen if o < limit - self.horizon]:
+                del seen[o]
+        return found
+
+    def to_doc(self) -> dict:
+        return {"horizon": self.horizon,
+                "unjudged": {str(p): _ranges(s) for p, s in self.unjudged.items() if s},
+                "read_to": {str(p): v for p, v in self.read_to.items()},
+                "copies": {str(p): [[o, n] for o, n in sorted(m.items())] for p, m in self.copies.items() if m},
+                "judged_to": {str(p): v for p, v in self.judged_to.items()},
+                "output_at": {str(q): v for q, v in self.output_at.items()},
+                "samples": [[{str(k): v for k, v in c.items()}, {str(k): v for k, v in e.items()}]
+                            for c, e in self.samples]}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping) -> "EosLive":
+        live = cls(int(doc.get("horizon", 100_000)))
+        live.unjudged = {int(p): {first + i for first, n in runs for i in range(n)}
+                         for p, runs in doc.get("unjudged", {}).items()}
+        live.read_to = {int(p): int(v) for p, v in doc.get("read_to", {}).items()}
+        live.copies = {int(p): {int(o): int(n) for o, n in pairs} for p, pairs in doc.get("copies", {}).items()}
+        live.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
+        live.output_at = {int(q): int(v) for q, v in doc.get("output_at", {}).items()}
+        live.samples = [({int(k): int(v) for k, v in c.items()}, {int(k): int(v) for k, v in e.items()})
+                        for c, e in doc.get("samples", [])]
+        return live

@@ -3,12 +3,13 @@ after-abort classes; the output record format never raises."""
 
 from __future__ import annotations
 
+import json
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from invariants.eos import AFTER_ABORT_CLASSES, classify_after_abort, eos_verdict
+from invariants.eos import AFTER_ABORT_CLASSES, EosFinding, EosLive, classify_after_abort, eos_verdict
 from monitor.eos import output_format
 
 
@@ -17,7 +18,8 @@ def simulate(seed: int, partitions: int = 3, steps: int = 60):
     records), committing, aborting (and rewinding), crashing, and now and then doing what the
     drills do: skipping an aborted transaction's records, or writing one record twice.
 
-    Returns the source, the committed offsets, the committed output and what was injected."""
+    Returns the source, the committed offsets, the committed output, what was injected, and the
+    committed transactions in order as (output positions, offsets committed)."""
     rng = random.Random(seed)
     source = {}
     for p in range(partitions):
@@ -30,6 +32,7 @@ def simulate(seed: int, partitions: int = 3, steps: int = 60):
     position = {p: 0 for p in range(partitions)}  # index into source[p]
     output: list[tuple[int, int]] = []
     lost, duplicated = set(), set()
+    events: list[tuple[list, dict]] = []
     for _ in range(steps):
         txn = []
         for p in rng.sample(range(partitions), rng.randint(1, partitions)):
@@ -49,21 +52,23 @@ def simulate(seed: int, partitions: int = 3, steps: int = 60):
                 duplicated.add(txn[0])
             output += out
             committed.update(ends)
+            events.append((out, ends))
             continue
         if outcome == "skip":  # aborted, not rewound, its position committed at once
             lost |= set(txn)
             committed.update(ends)
+            events.append(([], ends))
             continue
         for p in {p for p, _ in txn}:  # abort or crash: back to the committed offset
             c = committed.get(p, 0)
             position[p] = sum(1 for o in source[p] if o < c)
-    return source, committed, output, lost, duplicated
+    return source, committed, output, lost, duplicated, events
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2**32), st.integers(1, 4), st.floats(0.0, 1.2), st.integers(1, 40))
 def test_the_verdict_finds_exactly_what_was_injected_below_what_is_known(seed, partitions, cut, steps):
-    source, committed, output, lost, duplicated = simulate(seed, partitions, steps)
+    source, committed, output, lost, duplicated, _events = simulate(seed, partitions, steps)
     # the source reader read some of each partition: only what it read, below the committed offset, is judged
     read_to = {p: int(max(offsets, default=0) * cut) + 1 for p, offsets in source.items()}
     seen = {p: [o for o in offsets if o < read_to[p]] for p, offsets in source.items()}
@@ -75,7 +80,7 @@ def test_the_verdict_finds_exactly_what_was_injected_below_what_is_known(seed, p
 
 def test_a_healthy_pipeline_with_aborts_and_crashes_is_clean():
     for seed in range(200):
-        source, committed, output, lost, duplicated = simulate(seed)
+        source, committed, output, lost, duplicated, _events = simulate(seed)
         if lost or duplicated:
             continue
         read_to = {p: max(offsets, default=0) + 1 for p, offsets in source.items()}
@@ -130,3 +135,92 @@ def test_output_round_trip(partition, offset, source_value):
     assert output_format.decode(value) == (partition, offset)
     assert len(value) == output_format.HEAD.size + min(48, len(source_value))
     assert output_format.decode(None) is None and output_format.decode(b"VG" + value[2:]) is None
+
+
+def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000):
+    """Feed :class:`EosLive` a simulated pipeline as the watch would: the source and the output
+    read in random chunks, committed offsets sampled at random moments (with the output's ends
+    right after), judged at random, saved and restored at random; then everything read, a last
+    sample, a last judgement."""
+    source, committed, output, lost, duplicated, events = simulate(seed, partitions, steps)
+    rng = random.Random(seed ^ 0x5EED)
+    # The output log, per output partition (q = the source partition): each transaction's records,
+    # then its commit marker (an offset no reader returns). Who sees what when: event i done at time i.
+    log: dict[int, list[tuple[int, tuple[int, int] | None]]] = {}
+    state_at = []  # after event i: (committed offsets, output ends)
+    offsets_now: dict[int, int] = {}
+    for out, ends in events:
+        for q in sorted({p for p, _ in out}):
+            part = log.setdefault(q, [])
+            part.extend((len(part) + i, pos) for i, pos in enumerate(x for x in out if x[0] == q))
+            part.append((len(part), None))
+        offsets_now.update(ends)
+        state_at.append((dict(offsets_now), {q: len(part) for q, part in log.items()}))
+    live = EosLive(horizon)
+    found = []
+    src_at = {p: 0 for p in source}
+    out_at = {q: 0 for q in log}
+    now = -1  # events visible so far
+    visible = {q: 0 for q in log}
+
+    def step(final: bool = False) -> None:
+        nonlocal live, now
+        if final:
+            now = len(events) - 1
+        elif rng.random() < 0.4 and now < len(events) - 1:
+            now += rng.randint(1, 3)
+            now = min(now, len(events) - 1)
+        if now >= 0:
+            for q in log:
+                visible[q] = state_at[now][1].get(q, 0)
+        for p in source:  # the source reader: a chunk (all when final)
+            take = source[p][src_at[p]:] if final else source[p][src_at[p]:src_at[p] + rng.randint(0, 6)]
+            live.read_source(p, take)
+            src_at[p] += len(take)
+        for q in log:  # the output reader: up to what is committed now
+            end = visible[q] if final else min(visible[q], out_at[q] + rng.randint(0, 8))
+            chunk = [pos for off, pos in log[q][out_at[q]:end] if pos is not None]
+            found.extend(live.read_output(q, chunk, end))
+            out_at[q] = max(out_at[q], end)
+        if now >= 0 and (final or rng.random() < 0.5):
+            live.committed(*state_at[now])
+        if final or rng.random() < 0.5:
+            found.extend(live.judge())
+        if rng.random() < 0.2:
+            live = EosLive.from_doc(json.loads(json.dumps(live.to_doc())))
+
+    while now < len(events) - 1 or any(src_at[p] < len(source[p]) for p in source):
+        step()
+    step(final=True)
+    step(final=True)
+    return source, committed, output, lost, duplicated, found
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 4), st.integers(1, 40))
+def test_live_in_any_split_with_restarts_equals_the_verdict_and_what_was_injected(seed, partitions, steps):
+    source, committed, output, lost, duplicated, found = _live_run(seed, partitions, steps)
+    read_to = {p: max(offsets, default=-1) + 1 for p, offsets in source.items()}
+    verdict = eos_verdict(source, read_to, committed, output)
+    losses = [(f.partition, f.offset) for f in found if f.invariant == "eos_loss"]
+    dups = [(f.partition, f.offset) for f in found if f.invariant == "eos_duplicate"]
+    assert len(losses) == len(set(losses)) and len(dups) == len(set(dups))  # each judged once
+    assert set(losses) == set(verdict.losses) == {x for x in lost if x[1] < committed.get(x[0], 0)}
+    assert set(dups) == {(p, o) for p, o, _n in verdict.duplicates} == duplicated
+
+
+def test_a_loss_waits_for_the_output_reader_to_reach_the_ends_sampled_after_the_offsets():
+    live = EosLive()
+    live.read_source(0, [0, 1, 2])
+    live.read_output(0, [(0, 0)], reader_at=1)
+    live.committed({0: 3}, {0: 4})  # the output of offsets 1 and 2 may sit in [1, 4)
+    assert live.judge() == []
+    assert live.read_output(0, [(0, 1)], reader_at=3) == []
+    assert live.judge() == []  # still short of 4
+    live.read_output(0, [], reader_at=4)
+    assert live.judge() == [EosFinding("eos_loss", 0, 2, 0)]
+    assert live.judge() == []  # judged once
+    live.committed({0: 3}, {0: 4})
+    assert live.judge() == []
+    assert live.read_output(0, [(0, 1)], reader_at=6) == [EosFinding("eos_duplicate", 0, 1, 2)]
+    assert live.read_output(0, [(0, 1)], reader_at=7) == []  # one finding per position
