@@ -9,9 +9,12 @@ promises that the output and the offsets commit together or not at all, so:
 **``eos_loss``.** A source position a ``read_committed`` reader read, below the group's
 committed offset on its partition, with no copy in the committed output — the group moved past a
 record whose output never committed. Judged only where the output is known whole: the committed
-offsets are taken first, the output is then read to the ends it had after that (offsets and
-output commit in one transaction, so an offset that was committed has its output below those
-ends), and the source is judged only below what its reader read.
+offsets are taken first, then the output's *high watermarks*, and the output is read with
+``read_committed`` until its position passes them (offsets and output commit in one transaction,
+and the output's records were written, acks=all, before the commit, so an offset that was
+committed has its output below those watermarks; the output's last stable offset is not enough:
+the commit markers reach the group's offsets and each output partition one by one); the source is
+judged only below what its reader read.
 
 **``eos_duplicate``.** A source position with more than one copy in the committed output (after
 an abort or a restart the worker consumes again from the committed offsets, so it writes a record
@@ -23,11 +26,12 @@ Both are ``broken``: no configuration allows them. A record a reader of the sour
 **After an abort.** Jepsen asked where a consumer resumes after its transaction is aborted
 (KAFKA-17582). The worker reports, per partition of an aborted transaction, its position
 ``before`` the transaction's poll, its position at the ``end`` of that poll, the group's
-``committed`` offset, and its position ``after`` ``abortTransaction`` (before it seeks back to the
-committed offset, as an exactly-once application must); :func:`classify_after_abort` names it:
-``advance`` (still at the end: the aborted records are skipped unless the application seeks),
-``rewind`` (back where the transaction began: its position then, or the committed offset),
-``rewind_further`` (below both) or ``other``.
+``committed`` offset, its position right ``after`` ``abortTransaction``, and where it
+``resumed``: the first offset its next poll returned (a rebalance in that poll may have moved it),
+before it seeks back to the committed offset as an exactly-once application must;
+:func:`classify_after_abort` names where it resumed: ``advance`` (at the end: the aborted records
+are skipped unless the application seeks), ``rewind`` (back where the transaction began: its
+position then, or the committed offset), ``rewind_further`` (below both) or ``other``.
 """
 
 from __future__ import annotations
@@ -62,17 +66,20 @@ class EosVerdict:
 
 
 def eos_verdict(source: Mapping[int, Iterable[int]], read_to: Mapping[int, int], committed: Mapping[int, int],
-                output: Iterable[tuple[int, int]]) -> EosVerdict:
+                output: Iterable[tuple[int, int]], judge_from: Mapping[int, int] | None = None) -> EosVerdict:
     """The verdict on one pipeline.
 
     ``source``: per partition, the offsets a ``read_committed`` reader of the source read, whole
     below ``read_to[p]``. ``committed``: the group's committed offsets, taken *before* ``output``
-    (the source positions of every committed output record) was read to its ends.
+    (the source positions of every committed output record) was read past the output's high
+    watermarks. ``judge_from``: per partition, where judging starts (an output whose retention
+    removed the oldest copies: the lowest source offset a surviving copy names).
     """
     copies = Counter(output)
+    start = judge_from or {}
     judged = {p: min(c, read_to.get(p, 0)) for p, c in committed.items()}
     losses = sorted((p, o) for p, offsets in source.items() for o in offsets
-                    if o < judged.get(p, 0) and (p, o) not in copies)
+                    if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in copies)
     duplicates = sorted((p, o, n) for (p, o), n in copies.items() if n > 1)
     return EosVerdict(tuple(losses), tuple(duplicates), judged)
 
@@ -102,11 +109,12 @@ class EosLive:
 
     - ``read_source(p, offsets)``: what ``read_committed`` read of source partition p, in order;
       everything below the last offset read + 1 has been read.
-    - ``read_output(q, positions, reader_at)``: the source positions of output records read on
-      output partition q, and the output reader's position after them (Spark's end offset of the
-      batch: past control records too); a second copy of a position is ``eos_duplicate`` at once.
+    - ``read_output(q, records, reader_at)``: output records read on output partition q, as
+      (output offset, source position), and the output reader's position after them (Spark's end
+      offset of the batch: past control records too); a second copy of a position is
+      ``eos_duplicate`` at once; records below a position already reached are not counted again.
     - ``committed(offsets, output_ends)``: a sample of the group's committed offsets, and the
-      output's ends taken *after* it. Once the output reader is at or past every one of those
+      output's high watermarks taken *after* it (not its last stable offsets: see above). Once the output reader is at or past every one of those
       ends, each source position read below ``min(committed, source read)`` without a copy is
       ``eos_loss``; a later sample judges further. Positions are judged once.
 
@@ -135,16 +143,19 @@ class EosLive:
             self.unjudged.setdefault(partition, set()).update(fresh)
             self.read_to[partition] = max(self.read_to.get(partition, 0), max(fresh) + 1)
 
-    def read_output(self, partition: int, positions: Iterable[tuple[int, int]],
+    def read_output(self, partition: int, records: Iterable[tuple[int, tuple[int, int]]],
                     reader_at: int | None = None) -> list[EosFinding]:
         found = []
-        for p, o in positions:
+        below = self.output_at.get(partition, 0)
+        for out_offset, (p, o) in records:
+            if out_offset < below:
+                continue  # read before (a batch read again): counted once
             seen = self.copies.setdefault(p, {})
             seen[o] = seen.get(o, 0) + 1
             if seen[o] == 2:
                 found.append(EosFinding("eos_duplicate", p, o, 2))
-        if reader_at is not None:
-            self.output_at[partition] = max(self.output_at.get(partition, 0), reader_at)
+            below = max(below, out_offset + 1)
+        self.output_at[partition] = max(below, reader_at or 0)
         return found
 
     def committed(self, offsets: Mapping[int, int], output_ends: Mapping[int, int]) -> None:

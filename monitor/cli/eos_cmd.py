@@ -5,17 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from invariants.eos import classify_after_abort
 from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
 from monitor.config import Config
-from monitor.eos.audit import audit
+from monitor.eos.audit import audit, ensure_output_topic
 from monitor.eos.worker import EosWorker
 
 app = typer.Typer(help="The exactly-once pipeline canary: a consume-transform-produce worker on the Java client "
@@ -30,11 +28,6 @@ def _worker(cfg: Config) -> EosWorker:
     return EosWorker(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group,
                      f"{cfg.eos.group}-{cfg.resolved_instance_id()}", Path(cfg.state_dir) / "eos",
                      abort_every=cfg.eos.abort_every)
-
-
-def _classes(worker: EosWorker) -> Counter:
-    return Counter(classify_after_abort(a["before"], a["end"], a["after"], a["committed"])
-                   for a in worker.of_kind("abort"))
 
 
 @app.command("run")
@@ -56,8 +49,7 @@ def run(
     admin = clients.admin(cfg)
     canary = clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
                                   cfg.canary.topic_configs())
-    clients.ensure_topic(admin, cfg.eos.output_topic, canary.partitions, cfg.canary.replication_factor,
-                         cfg.canary.topic_configs())
+    ensure_output_topic(cfg, canary.partitions)
     worker = _worker(cfg)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -73,19 +65,20 @@ def run(
         if progress and not as_json:
             last = progress[-1]
             console.print(f"committed {last['committed_txns']} transactions ({last['records']} records), aborted "
-                          f"{last['aborted_txns']}, failed {last['failed_txns']}; after aborts {dict(_classes(worker))}")
+                          f"{last['aborted_txns']}, failed {last['failed_txns']}; after aborts {dict(worker.after_abort_classes())}")
         if duration and time.monotonic() - started >= duration:
             break
     closed_in_time = worker.stop(cfg.eos.close_bound_s)
     closed = worker.of_kind("closed")
-    summary = {"after_abort": dict(_classes(worker)), "aborts": len(worker.of_kind("abort")),
+    summary = {"after_abort": dict(worker.after_abort_classes()), "aborts": len(worker.of_kind("abort")),
                "drills": worker.of_kind("drill"), "close_ms": closed[-1]["ms"] if closed else None,
-               "close_hung": not closed_in_time}
+               "close_hung": not closed_in_time, "stuck_before_close": worker.stuck}
     if as_json:
         print_json(summary)
     else:
         console.print(f"stopped: after aborts {summary['after_abort']}, close "
-                      f"{'HUNG (killed)' if summary['close_hung'] else str(summary['close_ms']) + ' ms'}")
+                      f"{'HUNG (killed)' if summary['close_hung'] else str(summary['close_ms']) + ' ms'}"
+                      f"{' (it was stuck before closing: killed)' if worker.stuck else ''}")
 
 
 @app.command("drill")
@@ -125,7 +118,8 @@ def audit_cmd(
     out = {"eos_loss": len(v.losses), "eos_duplicate": len(v.duplicates),
            "losses": [list(x) for x in v.losses[:100]], "duplicates": [list(x) for x in v.duplicates[:100]],
            "committed": result.committed, "output_records": result.output_records,
-           "malformed_output": result.malformed_output, "source_records": result.source_records,
+           "malformed_output": result.malformed_output, "drill_copies": result.drill_copies,
+           "source_records": result.source_records,
            "judged_records": result.judged_records}
     if as_json:
         print_json(out)

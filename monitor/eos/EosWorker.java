@@ -3,15 +3,19 @@
 // It reads the canary topic in a consumer group (read_committed, no auto commit) and writes, for
 // every record it consumed, one output record naming the record's source position, in a
 // transaction that also carries the group's offsets (sendOffsetsToTransaction). Every
-// `abort_every`-th transaction is aborted on purpose; the consumer's position after the abort is
-// reported as it is *before* the worker rewinds (the Jepsen workload of KAFKA-17582), then the
-// worker seeks back to the group's committed offsets, as an exactly-once application must.
+// `abort_every`-th transaction is aborted on purpose; where the consumer resumes after the abort
+// (the first offset its next poll returns, before the worker rewinds: the Jepsen workload of
+// KAFKA-17582) is reported, then the worker seeks back to the group's committed offsets, as an
+// exactly-once application must, and the records of that poll are read again.
 //
 // What it saw goes to stdout, one JSON object per line (monitor/eos/worker.py reads it):
-//   {"event":"started", ...}  {"event":"abort","partition":p,"before":b,"end":e,"after":a,"committed":c}
-//   (before: its position when the transaction's poll began; end: its position after that poll;
-//   after: its position after abortTransaction; committed: the group's committed offset then)
-//   {"event":"drill","kind":...}  {"event":"progress","committed_txns":n,...}  {"event":"closed","ms":t}
+//   {"event":"started", ...}  {"event":"assigned"|"revoked","partitions":[...]}
+//   {"event":"abort","partition":p,"before":b,"end":e,"after":a,"resumed":r,"committed":c,"records":n}
+//   (before: its position when the transaction's poll began, or the committed offset for a
+//   partition assigned in that poll; end: its position after that poll; after: its position right
+//   after abortTransaction; resumed: where the next poll resumed; committed: the group's offset)
+//   {"event":"drill","kind":...} (once applied and committed)  {"event":"progress",...}
+//   {"event":"closing"} (the loop ended)  {"event":"closed","ms":t} (close() returned after t ms)
 // Diagnostics go to stderr. Drills are files next to `control` (control + ".eos_loss" / ".eos_duplicate"):
 // eos_loss leaves the position where the aborted transaction ended (no rewind: the aborted
 // records are never written), eos_duplicate writes the first record of the next transaction twice.
@@ -26,7 +30,6 @@ import java.io.FileInputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
-import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -39,6 +42,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -53,6 +57,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -128,151 +133,218 @@ public final class EosWorker {
             running.set(false);
             consumer.wakeup();
             try {
-                done.await();
+                done.await(180, TimeUnit.SECONDS);  // the loop's way out, then close(): bounded, never for ever
             } catch (InterruptedException ignored) {
             }
         }));
-
-        producer.initTransactions();
-        consumer.subscribe(Collections.singletonList(input), new ConsumerRebalanceListener() {
-            public void onPartitionsRevoked(Collection<TopicPartition> parts) {
-                emit("{\"event\":\"revoked\",\"partitions\":" + partitions(parts) + "}");
-            }
-
-            public void onPartitionsAssigned(Collection<TopicPartition> parts) {
-                emit("{\"event\":\"assigned\",\"partitions\":" + partitions(parts) + "}");
-            }
-        });
-        emit("{\"event\":\"started\",\"transactional_id\":\"" + txnId + "\",\"group\":\"" + group + "\"}");
-
-        long committedTxns = 0, abortedTxns = 0, failedTxns = 0, records = 0, txns = 0;
-        long lastProgress = System.nanoTime();
         int exit = 0;
         try {
-            while (running.get()) {
-                Map<TopicPartition, Long> before = new HashMap<>();
-                for (TopicPartition tp : consumer.assignment()) {
-                    before.put(tp, consumer.position(tp));
+            producer.initTransactions();
+            consumer.subscribe(Collections.singletonList(input), new ConsumerRebalanceListener() {
+                public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                    emit("{\"event\":\"revoked\",\"partitions\":" + partitions(parts) + "}");
                 }
-                ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(200));
-                if (System.nanoTime() - lastProgress > 5_000_000_000L) {
-                    lastProgress = System.nanoTime();
-                    emit("{\"event\":\"progress\",\"committed_txns\":" + committedTxns + ",\"aborted_txns\":"
-                         + abortedTxns + ",\"failed_txns\":" + failedTxns + ",\"records\":" + records + "}");
+
+                public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                    emit("{\"event\":\"assigned\",\"partitions\":" + partitions(parts) + "}");
                 }
-                if (batch.isEmpty()) {
-                    continue;
-                }
-                txns++;
-                // Where the consumer stands after the poll: past the last record returned, and past any
-                // control records or aborted records behind it that read_committed skipped.
-                Map<TopicPartition, Long> polledTo = new HashMap<>();
-                for (TopicPartition tp : batch.partitions()) {
-                    polledTo.put(tp, consumer.position(tp));
-                }
-                boolean lossDrill = takeDrill(control, "eos_loss");
-                boolean abort = lossDrill || (abortEvery > 0 && txns % abortEvery == 0);
-                boolean duplicate = !abort && takeDrill(control, "eos_duplicate");
-                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
-                ConsumerRecord<byte[], byte[]> dupAt = null;
-                try {
-                    producer.beginTransaction();
-                    for (ConsumerRecord<byte[], byte[]> r : batch) {
-                        byte[] out = output(r, false);
-                        producer.send(new ProducerRecord<>(outputTopic, r.partition(), null, out));
-                        if (duplicate) {
-                            producer.send(new ProducerRecord<>(outputTopic, r.partition(), null, output(r, true)));
-                            dupAt = r;
-                            duplicate = false;
-                        }
-                        next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
-                    }
-                    producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
-                    if (!abort) {
-                        producer.commitTransaction();
-                        if (dupAt != null) {
-                            emit("{\"event\":\"drill\",\"kind\":\"eos_duplicate\",\"partition\":"
-                                 + dupAt.partition() + ",\"offset\":" + dupAt.offset() + "}");
-                        }
-                        committedTxns++;
-                        records += batch.count();
-                        continue;
-                    }
-                    producer.abortTransaction();
-                    abortedTxns++;
-                } catch (ProducerFencedException e) {
-                    throw e;
-                } catch (KafkaException e) {
-                    // A failed send, offset commit (rebalance: a stale generation) or commit: abort and
-                    // resume from the group's committed offsets, like an aborted transaction.
-                    System.err.println("EosWorker: transaction failed, aborting: " + e);
-                    failedTxns++;
-                    producer.abortTransaction();
-                    abort = false;
-                    if (lossDrill) {
-                        Files.write(Paths.get(control + ".eos_loss"), new byte[0]);  // not applied: next time
-                    }
-                    if (duplicate) {
-                        Files.write(Paths.get(control + ".eos_duplicate"), new byte[0]);
-                    }
-                }
-                Set<TopicPartition> parts = batch.partitions();
-                Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(parts, Duration.ofSeconds(30));
-                boolean skip = abort && lossDrill;
-                Set<TopicPartition> owned = consumer.assignment();
-                Map<TopicPartition, OffsetAndMetadata> skipped = new HashMap<>();
-                List<String> skipEvents = new ArrayList<>();
-                for (TopicPartition tp : parts) {
-                    if (!owned.contains(tp)) {
-                        continue;  // revoked meanwhile: its new owner resumes from the committed offset
-                    }
-                    List<ConsumerRecord<byte[], byte[]>> rs = batch.records(tp);
-                    long end = rs.get(rs.size() - 1).offset() + 1;
-                    OffsetAndMetadata c = committed.get(tp);
-                    long resume = c != null ? c.offset() : before.getOrDefault(tp, rs.get(0).offset());
-                    if (abort) {
-                        emit("{\"event\":\"abort\",\"partition\":" + tp.partition() + ",\"before\":"
-                             + before.getOrDefault(tp, -1L) + ",\"end\":" + polledTo.get(tp) + ",\"after\":" + consumer.position(tp)
-                             + ",\"committed\":" + (c == null ? -1 : c.offset()) + ",\"records\":" + rs.size() + "}");
-                    }
-                    if (skip) {
-                        skipEvents.add("{\"event\":\"drill\",\"kind\":\"eos_loss\",\"partition\":" + tp.partition()
-                                       + ",\"from\":" + rs.get(0).offset() + ",\"to\":" + end + ",\"records\":"
-                                       + rs.size() + "}");
-                        skipped.put(tp, new OffsetAndMetadata(end));
-                        consumer.seek(tp, end);
-                    } else {
-                        consumer.seek(tp, resume);
-                    }
-                }
-                if (!skipped.isEmpty()) {
-                    // The drill is the application that does not rewind: it commits its position past
-                    // the aborted records at once (so no later abort's rewind can take the loss back).
-                    producer.beginTransaction();
-                    producer.sendOffsetsToTransaction(skipped, consumer.groupMetadata());
-                    producer.commitTransaction();
-                    skipEvents.forEach(EosWorker::emit);
-                }
-            }
+            });
+            emit("{\"event\":\"started\",\"transactional_id\":\"" + txnId + "\",\"group\":\"" + group + "\"}");
+            new EosWorker(consumer, producer, outputTopic, abortEvery, control).loop();
         } catch (WakeupException e) {
-            // shutting down
+            // asked to stop
         } catch (ProducerFencedException e) {
-            System.err.println("EosWorker: fenced by a newer instance of " + txnId + ": " + e);
+            System.err.println("EosWorker: fenced (a newer instance of " + txnId
+                               + ", or the coordinator aborted a transaction past its timeout): " + e);
             exit = 3;
-        } catch (KafkaException e) {
+        } catch (Exception e) {  // anything else ends the worker (its runner starts it again); never a hang
             System.err.println("EosWorker: giving up: " + e);
+            e.printStackTrace();
             exit = 4;
-        }
-        long t0 = System.nanoTime();
-        try {
-            producer.close(Duration.ofSeconds(30));
-            consumer.close(Duration.ofSeconds(30));
         } finally {
+            emit("{\"event\":\"closing\"}");
+            long t0 = System.nanoTime();
+            try {
+                producer.close(Duration.ofSeconds(30));
+            } catch (Exception e) {
+                System.err.println("EosWorker: producer close: " + e);
+            }
+            try {
+                consumer.close(Duration.ofSeconds(30));
+            } catch (Exception e) {
+                System.err.println("EosWorker: consumer close: " + e);
+            }
             emit("{\"event\":\"closed\",\"ms\":" + (System.nanoTime() - t0) / 1_000_000 + "}");
             done.countDown();
         }
         if (running.get()) {  // not a signal: the shutdown hook is not waiting, exit with the reason
             System.exit(exit);
+        }
+    }
+
+    final KafkaConsumer<byte[], byte[]> consumer;
+    final KafkaProducer<byte[], byte[]> producer;
+    final String outputTopic, control;
+    final int abortEvery;
+    long committedTxns = 0, abortedTxns = 0, failedTxns = 0, records = 0, txns = 0;
+
+    EosWorker(KafkaConsumer<byte[], byte[]> consumer, KafkaProducer<byte[], byte[]> producer, String outputTopic,
+              int abortEvery, String control) {
+        this.consumer = consumer;
+        this.producer = producer;
+        this.outputTopic = outputTopic;
+        this.abortEvery = abortEvery;
+        this.control = control;
+    }
+
+    /** commitTransaction, again after a timeout (its outcome is then unknown, and Kafka forbids an
+     *  abort: the commit must be retried, which completes the one it started). */
+    void commit() {
+        while (true) {
+            try {
+                producer.commitTransaction();
+                return;
+            } catch (TimeoutException e) {
+                System.err.println("EosWorker: commit timed out, retrying it: " + e);
+                if (!running.get()) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    void loop() throws IOException {
+        long lastProgress = System.nanoTime();
+        while (running.get()) {
+            Map<TopicPartition, Long> before = new HashMap<>();
+            for (TopicPartition tp : consumer.assignment()) {
+                before.put(tp, consumer.position(tp));
+            }
+            ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(200));
+            if (System.nanoTime() - lastProgress > 5_000_000_000L) {
+                lastProgress = System.nanoTime();
+                emit("{\"event\":\"progress\",\"committed_txns\":" + committedTxns + ",\"aborted_txns\":"
+                     + abortedTxns + ",\"failed_txns\":" + failedTxns + ",\"records\":" + records + "}");
+            }
+            if (batch.isEmpty()) {
+                continue;
+            }
+            txns++;
+            // Where the consumer stands after the poll: past the last record returned, and past any
+            // control records or aborted records behind it that read_committed skipped.
+            Map<TopicPartition, Long> polledTo = new HashMap<>();
+            for (TopicPartition tp : batch.partitions()) {
+                polledTo.put(tp, consumer.position(tp));
+            }
+            boolean lossDrill = takeDrill(control, "eos_loss");
+            boolean abort = lossDrill || (abortEvery > 0 && txns % abortEvery == 0);
+            boolean dupDrill = !abort && takeDrill(control, "eos_duplicate");
+            boolean duplicate = dupDrill;
+            Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+            ConsumerRecord<byte[], byte[]> dupAt = null;
+            try {
+                producer.beginTransaction();
+                for (ConsumerRecord<byte[], byte[]> r : batch) {
+                    producer.send(new ProducerRecord<>(outputTopic, r.partition(), null, output(r, false)));
+                    if (duplicate) {
+                        producer.send(new ProducerRecord<>(outputTopic, r.partition(), null, output(r, true)));
+                        dupAt = r;
+                        duplicate = false;
+                    }
+                    next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
+                if (!abort) {
+                    commit();
+                    if (dupAt != null) {
+                        emit("{\"event\":\"drill\",\"kind\":\"eos_duplicate\",\"partition\":"
+                             + dupAt.partition() + ",\"offset\":" + dupAt.offset() + "}");
+                    }
+                    committedTxns++;
+                    records += batch.count();
+                    continue;
+                }
+                producer.abortTransaction();
+                abortedTxns++;
+            } catch (ProducerFencedException e) {
+                throw e;
+            } catch (TimeoutException e) {
+                throw e;  // a commit given up on while stopping: its outcome is unknown, no abort allowed
+            } catch (KafkaException e) {
+                // A failed send, offset commit (rebalance: a stale generation) or commit: abort and
+                // resume from the group's committed offsets, like an aborted transaction.
+                System.err.println("EosWorker: transaction failed, aborting: " + e);
+                failedTxns++;
+                producer.abortTransaction();
+                abort = false;
+                if (lossDrill) {
+                    Files.write(Paths.get(control + ".eos_loss"), new byte[0]);  // not applied: next time
+                }
+                if (dupDrill) {
+                    Files.write(Paths.get(control + ".eos_duplicate"), new byte[0]);
+                }
+            }
+            Set<TopicPartition> parts = batch.partitions();
+            Map<TopicPartition, Long> after = new HashMap<>();
+            Map<TopicPartition, Long> resumed = new HashMap<>();
+            if (abort) {
+                for (TopicPartition tp : parts) {
+                    after.put(tp, consumer.position(tp));
+                }
+                // Where does it resume? One poll, its records put back (seek) whatever it returned.
+                ConsumerRecords<byte[], byte[]> peek = consumer.poll(Duration.ofMillis(200));
+                Set<TopicPartition> owned = consumer.assignment();
+                for (TopicPartition tp : peek.partitions()) {
+                    long first = peek.records(tp).get(0).offset();
+                    resumed.put(tp, first);
+                    if (owned.contains(tp)) {
+                        consumer.seek(tp, first);
+                    }
+                }
+                for (TopicPartition tp : parts) {
+                    if (!resumed.containsKey(tp) && owned.contains(tp)) {
+                        resumed.put(tp, consumer.position(tp));
+                    }
+                }
+            }
+            Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(parts, Duration.ofSeconds(30));
+            boolean skip = abort && lossDrill;
+            Set<TopicPartition> owned = consumer.assignment();
+            Map<TopicPartition, OffsetAndMetadata> skipped = new HashMap<>();
+            List<String> skipEvents = new ArrayList<>();
+            for (TopicPartition tp : parts) {
+                if (!owned.contains(tp)) {
+                    continue;  // revoked meanwhile: its new owner resumes from the committed offset
+                }
+                List<ConsumerRecord<byte[], byte[]>> rs = batch.records(tp);
+                long end = rs.get(rs.size() - 1).offset() + 1;
+                OffsetAndMetadata c = committed.get(tp);
+                long began = before.containsKey(tp) ? before.get(tp) : (c != null ? c.offset() : rs.get(0).offset());
+                long resume = c != null ? c.offset() : began;
+                if (abort) {
+                    emit("{\"event\":\"abort\",\"partition\":" + tp.partition() + ",\"before\":" + began
+                         + ",\"end\":" + polledTo.get(tp) + ",\"after\":" + after.get(tp) + ",\"resumed\":"
+                         + resumed.getOrDefault(tp, -1L) + ",\"committed\":" + (c == null ? -1 : c.offset())
+                         + ",\"records\":" + rs.size() + "}");
+                }
+                if (skip) {
+                    skipEvents.add("{\"event\":\"drill\",\"kind\":\"eos_loss\",\"partition\":" + tp.partition()
+                                   + ",\"from\":" + rs.get(0).offset() + ",\"to\":" + end + ",\"records\":"
+                                   + rs.size() + "}");
+                    skipped.put(tp, new OffsetAndMetadata(end));
+                    consumer.seek(tp, end);
+                } else {
+                    consumer.seek(tp, resume);
+                }
+            }
+            if (!skipped.isEmpty()) {
+                // The drill is the application that does not rewind: it commits its position past
+                // the aborted records at once (so no later abort's rewind can take the loss back).
+                producer.beginTransaction();
+                producer.sendOffsetsToTransaction(skipped, consumer.groupMetadata());
+                commit();
+                skipEvents.forEach(EosWorker::emit);
+            }
         }
     }
 

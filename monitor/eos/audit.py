@@ -1,16 +1,26 @@
 """The EOS pipeline's audit: its verdict (:func:`invariants.eos.eos_verdict`) from the real topics.
 
-In the order the rule needs: the group's committed offsets first, then the output read with
-``read_committed`` to its end (every output a committed offset covers is below that end), then the
-source read with ``read_committed`` to its end, each reader's position kept as how far it is whole.
+In the order the rule needs: the group's committed offsets first; then the output's high
+watermarks; then the output read with ``read_committed`` until the reader's position passes those
+watermarks; then the source read with ``read_committed`` to its end, the reader's position kept as
+how far it is whole. Not the output's end as ``read_committed`` sees it (its last stable offset):
+a transaction's commit markers are written partition by partition, so the group's offsets can be
+visible while an output partition's marker is not yet — an audit stopping there would call that
+transaction's records lost. Its records are below any high watermark taken after its offsets
+were visible (the worker sends with acks=all and flushes before it commits).
+
+An output topic whose log start moved (retention) no longer holds the copies of the oldest source
+records: on such a partition the source is judged only from the lowest source offset a surviving
+copy names.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from invariants.eos import EosVerdict, eos_verdict
 from monitor import clients
@@ -27,6 +37,20 @@ class EosAudit:
     malformed_output: int
     source_records: int  # what read_committed read of the source
     judged_records: int  # of those, below the committed offsets
+    drill_copies: int = 0  # output records flagged as a drill's deliberate copy
+
+
+def ensure_output_topic(cfg: Config, partitions: int) -> None:
+    """The output topic, created like the canary topic but never with unclean leader election (a
+    copy it lost would be a false loss); an existing one must have the source's partitions (the
+    worker writes source partition p's copies to output partition p)."""
+    admin = clients.admin(cfg)
+    configs = {**cfg.canary.topic_configs(), "unclean.leader.election.enable": "false"}
+    info = clients.ensure_topic(admin, cfg.eos.output_topic, partitions, cfg.canary.replication_factor, configs)
+    if info.partitions < partitions:
+        raise AuditReadError(f"eos.output_topic {cfg.eos.output_topic!r} has {info.partitions} partitions, the canary "
+                             f"topic {partitions}: the worker writes partition p's copies to partition p (add "
+                             "partitions to it, or name a new output topic)")
 
 
 def committed_offsets(cfg: Config, group: str, topic: str, partitions: int, timeout_s: float = 30.0) -> dict[int, int]:
@@ -45,6 +69,25 @@ def _positions(consumer: Any, topic: str, partitions: int) -> dict[int, int]:
             if tp.offset >= 0}
 
 
+def read_past(consumer: Any, topic: str, ends: dict[int, int], timeout_s: float,
+              on_message: Callable[[Any], None]) -> None:
+    """Read ``topic`` from the beginning until the position on each partition is at or past ``ends``."""
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    todo = {p for p, end in ends.items() if end > 0}
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        if time.monotonic() > deadline:
+            raise AuditReadError(f"{topic}: read_committed did not pass the high watermarks of partitions "
+                                 f"{sorted(todo)} within {timeout_s:.0f} s (a transaction still open there?)")
+        for msg in consumer.consume(10000, 0.5):
+            err = msg.error()
+            if err is None:
+                on_message(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                continue
+        todo = {p for p in todo if _positions(consumer, topic, len(ends)).get(p, 0) < ends[p]}
+
+
 def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout_s: float = 300.0,
           progress: Callable[[str], None] = lambda _m: None) -> EosAudit:
     admin = clients.admin(cfg)
@@ -55,21 +98,27 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
     n_src, n_out = infos[source_topic].partitions, infos[output_topic].partitions
     committed = committed_offsets(cfg, group, source_topic, n_src)
     output: list[tuple[int, int]] = []
-    malformed = 0
+    malformed = drill_copies = 0
+    lowest: dict[int, int] = {}  # source partition -> lowest source offset a copy names
 
     def on_output(msg: Any) -> None:
-        nonlocal malformed
+        nonlocal malformed, drill_copies
         position = output_format.decode(msg.value())
         if position is None:
             malformed += 1
-        else:
-            output.append(position)
+            return
+        output.append(position)
+        drill_copies += output_format.is_drill_copy(msg.value())
+        lowest[position[0]] = min(lowest.get(position[0], position[1]), position[1])
 
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
-        read_to_end(c, output_topic, n_out, timeout_s, on_output, progress)
+        marks = {q: clients.watermarks(c, output_topic, q) for q in range(n_out)}
+        read_past(c, output_topic, {q: high for q, (_low, high) in marks.items()}, timeout_s, on_output)
     finally:
         c.close()
+    # Copies gone with the output's retention: judged only from the oldest copy left.
+    judge_from = {q: lowest.get(q, committed.get(q, 0)) for q, (low, _high) in marks.items() if low > 0}
     source: dict[int, list[int]] = {}
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
@@ -78,6 +127,7 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
         read_to = _positions(c, source_topic, n_src)
     finally:
         c.close()
-    verdict = eos_verdict(source, read_to, committed, output)
-    judged = sum(1 for p, offsets in source.items() for o in offsets if o < verdict.judged.get(p, 0))
-    return EosAudit(verdict, committed, len(output), malformed, sum(map(len, source.values())), judged)
+    verdict = eos_verdict(source, read_to, committed, output, judge_from)
+    judged = sum(1 for p, offsets in source.items() for o in offsets
+                 if judge_from.get(p, 0) <= o < verdict.judged.get(p, 0))
+    return EosAudit(verdict, committed, len(output), malformed, sum(map(len, source.values())), judged, drill_copies)

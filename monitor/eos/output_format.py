@@ -31,6 +31,11 @@ def decode(value: bytes | None) -> tuple[int, int] | None:
     return partition, offset
 
 
+def is_drill_copy(value: bytes | None) -> bool:
+    """Whether an output record is a drill's deliberate copy (its flag)."""
+    return decode(value) is not None and bool(value[3] & FLAG_DRILL_COPY)  # type: ignore[index]
+
+
 def encode(partition: int, offset: int, source_value: bytes = b"", flags: int = 0) -> bytes:
     """What the worker writes (the tests' and the drills' own records)."""
     return HEAD.pack(MAGIC, VERSION, flags, partition, offset) + source_value[:48]

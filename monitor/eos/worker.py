@@ -15,16 +15,18 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from invariants.eos import classify_after_abort
 from monitor import client_config
 from monitor.cluster.java import find_java
 from monitor.config import Config
 from monitor.eos.build import MAIN_CLASS, worker_classpath
 
-EVENT_KINDS = ("started", "assigned", "revoked", "abort", "drill", "progress", "closed")
+EVENT_KINDS = ("started", "assigned", "revoked", "abort", "drill", "progress", "closing", "closed")
 
 
 def properties(cfg: Config) -> str:
@@ -53,6 +55,7 @@ class EosWorker:
     abort_every: int = 5
     events: list[dict[str, Any]] = field(default_factory=list)
     proc: subprocess.Popen | None = None
+    stuck: bool = False  # the last stop found it not even closing: killed
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -86,6 +89,11 @@ class EosWorker:
                 with self._lock:
                     self.events.append(event)
 
+    def after_abort_classes(self) -> "Counter[str]":
+        """Where the consumer resumed after each abort (:func:`invariants.eos.classify_after_abort`)."""
+        return Counter(classify_after_abort(a["before"], a["end"], a["resumed"] if a["resumed"] >= 0 else a["after"],
+                                            a["committed"]) for a in self.of_kind("abort"))
+
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         with self._lock:
             return [e for e in self.events if e.get("event") == kind]
@@ -108,11 +116,24 @@ class EosWorker:
             self.proc.kill()
             self.proc.wait()
 
-    def stop(self, close_bound_s: float = 60.0) -> bool:
-        """Ask it to close; True when it exited within ``close_bound_s``, else (a hung close) killed."""
+    def stop(self, close_bound_s: float = 30.0, wind_down_s: float = 180.0) -> bool:
+        """Ask it to stop (SIGTERM); False when its ``close()`` hung: begun (the ``closing`` event)
+        and not returned within ``close_bound_s`` (KAFKA-17734). The loop may first finish a
+        blocked call (a commit waits up to ``max.block.ms``): that is ``wind_down_s``, and a worker
+        that has not begun closing by then is killed and marked ``stuck``, not counted as a hung
+        close."""
+        self.stuck = False
         if self.proc is None or self.proc.poll() is not None:
             return True
+        closing_before = len(self.of_kind("closing"))
         self.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + wind_down_s
+        while len(self.of_kind("closing")) <= closing_before and self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.stuck = True
+                self.kill()
+                return True
+            time.sleep(0.05)
         try:
             self.proc.wait(timeout=close_bound_s)
             return True

@@ -97,6 +97,13 @@ def test_loss_is_judged_only_below_the_committed_offset_and_what_the_source_read
     assert eos_verdict(source, {0: 6}, {0: 5}, output).judged == {0: 5}
 
 
+def test_an_output_that_lost_its_oldest_copies_to_retention_is_judged_from_the_oldest_left():
+    source = {0: [0, 1, 2, 3], 1: [0, 1]}
+    output = [(0, 2), (1, 0)]
+    assert eos_verdict(source, {0: 4, 1: 2}, {0: 4, 1: 2}, output, {0: 2}).losses == ((0, 3), (1, 1))
+    assert eos_verdict(source, {0: 4, 1: 2}, {0: 4, 1: 2}, output).losses == ((0, 0), (0, 1), (0, 3), (1, 1))
+
+
 def test_a_record_in_the_output_three_times_is_one_duplicate_position_with_its_copies():
     verdict = eos_verdict({0: [7]}, {0: 8}, {0: 8}, [(0, 7)] * 3)
     assert verdict.duplicates == ((0, 7, 3),) and verdict.losses == ()
@@ -139,47 +146,55 @@ def test_output_round_trip(partition, offset, source_value):
 
 def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000):
     """Feed :class:`EosLive` a simulated pipeline as the watch would: the source and the output
-    read in random chunks, committed offsets sampled at random moments (with the output's ends
-    right after), judged at random, saved and restored at random; then everything read, a last
-    sample, a last judgement."""
+    read in random chunks, committed offsets sampled at random moments (with the output's high
+    watermarks right after), batches now and then read again, judged at random, saved and
+    restored at random; then everything read, a last sample, a last judgement.
+
+    As on a real cluster, a transaction's offsets become visible before its output's commit
+    marker does on each output partition (a random lag per partition): until then a
+    ``read_committed`` reader of the output stops below its records, though the high watermark
+    is past them."""
     source, committed, output, lost, duplicated, events = simulate(seed, partitions, steps)
     rng = random.Random(seed ^ 0x5EED)
-    # The output log, per output partition (q = the source partition): each transaction's records,
-    # then its commit marker (an offset no reader returns). Who sees what when: event i done at time i.
-    log: dict[int, list[tuple[int, tuple[int, int] | None]]] = {}
-    state_at = []  # after event i: (committed offsets, output ends)
+    # The output log per output partition (q = the source partition): each transaction's records,
+    # then its commit marker (an offset no reader returns), tagged with the transaction's number.
+    log: dict[int, list[tuple[int, int, tuple[int, int] | None]]] = {}
+    state_at = []  # after event i: (committed offsets, output high watermarks)
     offsets_now: dict[int, int] = {}
-    for out, ends in events:
+    for i, (out, ends) in enumerate(events):
         for q in sorted({p for p, _ in out}):
             part = log.setdefault(q, [])
-            part.extend((len(part) + i, pos) for i, pos in enumerate(x for x in out if x[0] == q))
-            part.append((len(part), None))
+            base = len(part)
+            part.extend([(base + k, i, pos) for k, pos in enumerate(x for x in out if x[0] == q)])
+            part.append((len(part), i, None))
         offsets_now.update(ends)
-        state_at.append((dict(offsets_now), {q: len(part) for q, part in log.items()}))
+        state_at.append((dict(offsets_now), {q: len(part) - 1 for q, part in log.items()}))
     live = EosLive(horizon)
     found = []
     src_at = {p: 0 for p in source}
     out_at = {q: 0 for q in log}
-    now = -1  # events visible so far
-    visible = {q: 0 for q in log}
+    now = -1  # events whose offsets are visible
+    lag = {q: rng.randint(0, 2) for q in log}  # events whose output marker is not yet there
 
     def step(final: bool = False) -> None:
         nonlocal live, now
         if final:
             now = len(events) - 1
         elif rng.random() < 0.4 and now < len(events) - 1:
-            now += rng.randint(1, 3)
-            now = min(now, len(events) - 1)
-        if now >= 0:
-            for q in log:
-                visible[q] = state_at[now][1].get(q, 0)
+            now = min(now + rng.randint(1, 3), len(events) - 1)
         for p in source:  # the source reader: a chunk (all when final)
             take = source[p][src_at[p]:] if final else source[p][src_at[p]:src_at[p] + rng.randint(0, 6)]
             live.read_source(p, take)
             src_at[p] += len(take)
-        for q in log:  # the output reader: up to what is committed now
-            end = visible[q] if final else min(visible[q], out_at[q] + rng.randint(0, 8))
-            chunk = [pos for off, pos in log[q][out_at[q]:end] if pos is not None]
+        for q in log:  # the output reader: up to the first transaction whose marker is not there yet
+            marked = now if final else now - lag[q]
+            visible = next((off for off, i, _pos in log[q] if i > marked), len(log[q]))
+            end = visible if final else min(visible, out_at[q] + rng.randint(0, 8))
+            if out_at[q] and rng.random() < 0.2:  # a batch read again
+                again = rng.randint(0, out_at[q])
+                found.extend(live.read_output(q, [(off, pos) for off, _i, pos in log[q][again:out_at[q]]
+                                                  if pos is not None]))
+            chunk = [(off, pos) for off, _i, pos in log[q][out_at[q]:end] if pos is not None]
             found.extend(live.read_output(q, chunk, end))
             out_at[q] = max(out_at[q], end)
         if now >= 0 and (final or rng.random() < 0.5):
@@ -212,15 +227,16 @@ def test_live_in_any_split_with_restarts_equals_the_verdict_and_what_was_injecte
 def test_a_loss_waits_for_the_output_reader_to_reach_the_ends_sampled_after_the_offsets():
     live = EosLive()
     live.read_source(0, [0, 1, 2])
-    live.read_output(0, [(0, 0)], reader_at=1)
+    live.read_output(0, [(0, (0, 0))], reader_at=1)
     live.committed({0: 3}, {0: 4})  # the output of offsets 1 and 2 may sit in [1, 4)
     assert live.judge() == []
-    assert live.read_output(0, [(0, 1)], reader_at=3) == []
+    assert live.read_output(0, [(1, (0, 1))], reader_at=3) == []
     assert live.judge() == []  # still short of 4
     live.read_output(0, [], reader_at=4)
     assert live.judge() == [EosFinding("eos_loss", 0, 2, 0)]
     assert live.judge() == []  # judged once
     live.committed({0: 3}, {0: 4})
     assert live.judge() == []
-    assert live.read_output(0, [(0, 1)], reader_at=6) == [EosFinding("eos_duplicate", 0, 1, 2)]
-    assert live.read_output(0, [(0, 1)], reader_at=7) == []  # one finding per position
+    assert live.read_output(0, [(1, (0, 1))], reader_at=4) == []  # read again: not a second copy
+    assert live.read_output(0, [(4, (0, 1))], reader_at=5) == [EosFinding("eos_duplicate", 0, 1, 2)]
+    assert live.read_output(0, [(5, (0, 1))], reader_at=6) == []  # one finding per position
