@@ -64,6 +64,8 @@ class Invariant(str, enum.Enum):
     PRODUCER_STALLED = "producer_stalled"
     OUTCOME_GAP = "outcome_gap"
     G0_WRITE_CYCLE = "g0_write_cycle"
+    EOS_LOSS = "eos_loss"
+    EOS_DUPLICATE = "eos_duplicate"
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,14 @@ CATALOG: dict[Invariant, InvariantInfo] = {
         InvariantInfo(
             Invariant.G0_WRITE_CYCLE, Severity.INFO, Scope.READ_COMMITTED,
             "two transactions in opposite orders on two partitions (G0; Kafka allows it, counted, never paged)",
+        ),
+        InvariantInfo(
+            Invariant.EOS_LOSS, Severity.CRITICAL, Scope.READ_COMMITTED,
+            "the EOS pipeline's group committed past a canary record that has no copy in its committed output",
+        ),
+        InvariantInfo(
+            Invariant.EOS_DUPLICATE, Severity.CRITICAL, Scope.READ_COMMITTED,
+            "a canary record copied twice into the EOS pipeline's committed output",
         ),
     )
 }

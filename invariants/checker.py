@@ -59,6 +59,7 @@ from invariants.topic_lifecycle import TopicLifecycle
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
+from invariants.eos import EosFinding, EosLive
 from invariants.write_cycles import WriteCyclesFamily
 
 
@@ -88,6 +89,9 @@ class Checker(TopicLifecycle):
         self.txns = TransactionsFamily(self.settings.horizon_offsets)
         self.unconfirmed = UnconfirmedFamily(self.settings.settle_offsets)
         self.cycles = WriteCyclesFamily()
+        self.eos = EosLive(self.settings.horizon_offsets)
+        self.eos_source = ""  # the canary topic name the EOS pipeline reads ("": no pipeline watched)
+        self.eos_topic_id = ""  # ... and the ID its verdicts are about (another ID: another pipeline)
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
@@ -196,12 +200,71 @@ class Checker(TopicLifecycle):
                     self._read_first(key, v, other, r)
         if v.frontier > fresh_from:
             fresh.append((fresh_from, v.frontier))
+        if iso is RC and covered is None and self.eos_source and topic_id == self.current_ids.get(self.eos_source):
+            self._eos_pipeline(topic_id).read_source(partition, [r.offset for r in reads])
         v.epoch += 1
         for lo, hi in fresh:
             self.acked.candidates.read_again(key, lo, hi, v.epoch)
             self.sequence.candidates.read_again(key, lo, hi, v.epoch)
             if key in self.suspects:
                 self.suspects[key] = subtract(self.suspects[key], lo, hi)
+
+    # -- the EOS pipeline (invariants.eos) ---------------------------------------------------
+
+    def _eos_pipeline(self, topic_id: str) -> EosLive:
+        if topic_id != self.eos_topic_id:
+            if self.eos_topic_id:  # a recreated canary topic: its offsets start again
+                self.eos = EosLive(self.settings.horizon_offsets)
+            self.eos_topic_id = topic_id  # (the first ID known: what was fed before is its)
+        return self.eos
+
+    def _eos_judge(self) -> None:
+        tid = self.eos_topic_id
+        starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
+        self._eos_violations(self.eos.judge(starts))
+
+    def _eos_current(self) -> bool:
+        """Whether a pipeline is watched; its state is the canary topic's current ID's."""
+        if not self.eos_source:
+            return False
+        tid = self.current_ids.get(self.eos_source)
+        if tid:
+            self._eos_pipeline(tid)
+        return True
+
+    def _eos_violations(self, found: list[EosFinding]) -> None:
+        for f in found:
+            inv = Invariant.EOS_LOSS if f.invariant == "eos_loss" else Invariant.EOS_DUPLICATE
+            detail = ("below the group's committed offset, no copy in the committed output" if f.copies == 0
+                      else f"{f.copies} copies in the committed output")
+            self.sink.add(Violation(inv, RC, self.eos_topic_id, f.partition, (f.offset,), detail=detail))
+
+    def apply_eos_output(self, partition: int, records: Sequence[tuple[int, tuple[int, int]]],
+                         reader_at: int | None = None) -> None:
+        """Output records of the EOS pipeline read with read_committed on output ``partition``, as
+        (output offset, source position); ``reader_at``: the reader's position there after them."""
+        if self._eos_current():
+            self._eos_violations(self.eos.read_output(partition, records, reader_at))
+
+    def eos_committed(self, offsets: dict[int, int], output_ends: dict[int, int],
+                      output_trimmed: Iterable[int] = ()) -> None:
+        """A sample of the pipeline group's committed offsets, and the output's high watermarks
+        taken after it (and its partitions whose log start is past 0)."""
+        if self._eos_current():
+            self.eos.committed(offsets, output_ends, output_trimmed)
+
+    def eos_tick(self, positions: dict[int, int], sample: tuple | None) -> list[Violation]:
+        """Between batches (no new output to read, so no batch comes): where the output reader
+        stands and a fresh sample, judged; returns the new violations (all the sink holds: only
+        EOS ones are found between batches, but none is lost either way)."""
+        if not self._eos_current():
+            return []
+        for q, at in positions.items():
+            self._eos_violations(self.eos.read_output(q, [], at))
+        if sample is not None:
+            self.eos.committed(*sample)
+        self._eos_judge()
+        return self.sink.take()
 
     def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read) -> None:
         off, ident = r.offset, r.ident
@@ -292,6 +355,7 @@ class Checker(TopicLifecycle):
         self.sink.extend(self.txns.judge_headers(
             lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}, self.view))
         self.sink.extend(self.cycles.judge())
+        self._eos_judge()
         for key in self._dirty:
             v = self.views[key]
             cut = v.frontier - self.settings.horizon_offsets

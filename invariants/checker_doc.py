@@ -10,6 +10,7 @@ from invariants.accounting import LedgerFold
 from invariants.acked_writes import AckedWritesFamily
 from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
+from invariants.eos import EosLive
 from invariants.ledger_format import TopicSettings, WriterSettings
 from invariants.model import Durability, Settings, ViewKey, Violation
 from invariants.offsets import OffsetsFamily
@@ -49,6 +50,7 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "txns": ck.txns.to_doc(t),
         "unconfirmed": ck.unconfirmed.to_doc(),
         "cycles": ck.cycles.to_doc(),
+        "eos": {"source": ck.eos_source, "topic_id": ck.eos_topic_id, "live": ck.eos.to_doc()},
         "topics": ck.topics.to_doc(),
         "recorded_log_start": [[tid, p, off] for (tid, p), off in ck.recorded_log_start.items()],
         "current_ids": ck.current_ids,
@@ -85,6 +87,9 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     ck.txns = TransactionsFamily.from_doc(doc["txns"], settings.horizon_offsets, t)
     ck.unconfirmed = UnconfirmedFamily.from_doc(doc["unconfirmed"], settings.settle_offsets)
     ck.cycles = WriteCyclesFamily.from_doc(doc.get("cycles"))  # absent before write cycles were judged
+    eos = doc.get("eos") or {}  # absent before EOS pipelines were judged
+    ck.eos_source, ck.eos_topic_id = eos.get("source", ""), eos.get("topic_id", "")
+    ck.eos = EosLive.from_doc(eos["live"]) if "live" in eos else EosLive(settings.horizon_offsets)
     ck.topics = TopicAttribution.from_doc(doc["topics"])
     ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
     ck.current_ids = dict(doc["current_ids"])

@@ -121,11 +121,13 @@ class EosLive:
     Copies of judged positions are remembered ``horizon`` offsets back (a copy further back than
     that is the audit's only, as the other families' far duplicates are). The live rule judges up
     to the highest committed offset it sampled, the audit up to the last: a group whose offsets were
-    moved back (an operator's reset) is judged further live. Source positions are partitions and
+    moved back (an operator's reset) is judged further live. A pipeline more than ``MAX_UNJUDGED``
+    records behind the source reader on a partition leaves its oldest ones to the audit. Source positions are partitions and
     offsets of the topic as it is now: a recreated canary topic starts a new pipeline (a new group).
     """
 
     MAX_SAMPLES = 64
+    MAX_UNJUDGED = 1_000_000  # source offsets per partition waiting for a committed offset to pass them
 
     def __init__(self, horizon: int = 100_000) -> None:
         self.horizon = horizon
@@ -135,13 +137,20 @@ class EosLive:
         self.judged_to: dict[int, int] = {}  # source p -> offsets below are judged
         self.output_at: dict[int, int] = {}  # output q -> reader position
         self.samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, output ends), oldest first
+        self.lowest_copy: dict[int, int] = {}  # source p -> the lowest source offset a copy named
+        self.trimmed: set[int] = set()  # output partitions whose oldest copies retention removed
 
     def read_source(self, partition: int, offsets: Iterable[int]) -> None:
         below = self.judged_to.get(partition, 0)
         fresh = [o for o in offsets if o >= below]
         if fresh:
-            self.unjudged.setdefault(partition, set()).update(fresh)
+            pending = self.unjudged.setdefault(partition, set())
+            pending.update(fresh)
             self.read_to[partition] = max(self.read_to.get(partition, 0), max(fresh) + 1)
+            if len(pending) > self.MAX_UNJUDGED:  # the pipeline that far behind: its oldest are the audit's
+                cut = sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10]  # a tenth at a time
+                pending.difference_update([o for o in pending if o < cut])
+                self.judged_to[partition] = max(self.judged_to.get(partition, 0), cut)
 
     def read_output(self, partition: int, records: Iterable[tuple[int, tuple[int, int]]],
                     reader_at: int | None = None) -> list[EosFinding]:
@@ -152,19 +161,27 @@ class EosLive:
                 continue  # read before (a batch read again): counted once
             seen = self.copies.setdefault(p, {})
             seen[o] = seen.get(o, 0) + 1
+            self.lowest_copy[p] = min(self.lowest_copy.get(p, o), o)
             if seen[o] == 2:
                 found.append(EosFinding("eos_duplicate", p, o, 2))
             below = max(below, out_offset + 1)
         self.output_at[partition] = max(below, reader_at or 0)
         return found
 
-    def committed(self, offsets: Mapping[int, int], output_ends: Mapping[int, int]) -> None:
+    def committed(self, offsets: Mapping[int, int], output_ends: Mapping[int, int],
+                  output_trimmed: Iterable[int] = ()) -> None:
+        """``output_trimmed``: output partitions whose log start is past 0 (retention removed copies)."""
         self.samples.append((dict(offsets), dict(output_ends)))
-        # The newest sample judges all that an older one would (later): older ones may go.
-        del self.samples[:-self.MAX_SAMPLES]
+        self.trimmed = set(output_trimmed)
+        # The oldest is the first to be ready, the newest judges the most: those two are kept.
+        if len(self.samples) > self.MAX_SAMPLES:
+            del self.samples[1:len(self.samples) - self.MAX_SAMPLES + 1]
 
-    def judge(self) -> list[EosFinding]:
-        """Losses below the newest sample whose output ends the reader has reached."""
+    def judge(self, log_start: Mapping[int, int] | None = None) -> list[EosFinding]:
+        """Losses below the newest sample whose output ends the reader has reached. Not judged: a
+        source position below ``log_start`` (the canary topic's, now: retention took it, as it did
+        from the audit), nor, on a partition whose output copies retention trimmed, below the
+        lowest copy seen (the audit's rule)."""
         ready = [i for i, (_c, ends) in enumerate(self.samples)
                  if all(self.output_at.get(q, 0) >= end for q, end in ends.items())]
         if not ready:
@@ -178,9 +195,12 @@ class EosLive:
                 continue
             pending = self.unjudged.get(p, set())
             seen = self.copies.get(p, {})
+            floor = (log_start or {}).get(p, 0)
+            if p in self.trimmed:
+                floor = max(floor, self.lowest_copy.get(p, limit))
             for o in sorted(x for x in pending if x < limit):
                 pending.discard(o)
-                if not seen.get(o):
+                if o >= floor and not seen.get(o):
                     found.append(EosFinding("eos_loss", p, o, 0))
             self.judged_to[p] = limit
             for o in [o for o in seen if o < limit - self.horizon]:
@@ -191,8 +211,13 @@ class EosLive:
         return {"horizon": self.horizon,
                 "unjudged": {str(p): _ranges(s) for p, s in self.unjudged.items() if s},
                 "read_to": {str(p): v for p, v in self.read_to.items()},
-                "copies": {str(p): [[o, n] for o, n in sorted(m.items())] for p, m in self.copies.items() if m},
+                # most positions have one copy, at consecutive offsets: runs; the others by offset
+                "copies": {str(p): {"once": _ranges(o for o, n in m.items() if n == 1),
+                                    "more": [[o, n] for o, n in sorted(m.items()) if n != 1]}
+                           for p, m in self.copies.items() if m},
                 "judged_to": {str(p): v for p, v in self.judged_to.items()},
+                "lowest_copy": {str(p): v for p, v in self.lowest_copy.items()},
+                "trimmed": sorted(self.trimmed),
                 "output_at": {str(q): v for q, v in self.output_at.items()},
                 "samples": [[{str(k): v for k, v in c.items()}, {str(k): v for k, v in e.items()}]
                             for c, e in self.samples]}
@@ -203,8 +228,13 @@ class EosLive:
         live.unjudged = {int(p): {first + i for first, n in runs for i in range(n)}
                          for p, runs in doc.get("unjudged", {}).items()}
         live.read_to = {int(p): int(v) for p, v in doc.get("read_to", {}).items()}
-        live.copies = {int(p): {int(o): int(n) for o, n in pairs} for p, pairs in doc.get("copies", {}).items()}
+        live.copies = {}
+        for p, saved in doc.get("copies", {}).items():
+            m = live.copies[int(p)] = {first + i: 1 for first, count in saved["once"] for i in range(count)}
+            m.update({int(o): int(n) for o, n in saved["more"]})
         live.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
+        live.lowest_copy = {int(p): int(v) for p, v in doc.get("lowest_copy", {}).items()}
+        live.trimmed = {int(q) for q in doc.get("trimmed", [])}
         live.output_at = {int(q): int(v) for q, v in doc.get("output_at", {}).items()}
         live.samples = [({int(k): int(v) for k, v in c.items()}, {int(k): int(v) for k, v in e.items()})
                         for c, e in doc.get("samples", [])]

@@ -260,6 +260,8 @@ class EvidenceConfig(_Model):
 
 
 class EosConfig(_Model):
+    enabled: bool = Field(False, description="run the exactly-once pipeline canary inside `vigil run` and judge "
+                          "it live in the watch (eos_loss, eos_duplicate); `vigil eos` works either way")
     output_topic: str = Field("vigil-eos-out", min_length=1, description="output topic of the exactly-once "
                               "pipeline canary (`vigil eos run`), created with the canary topic's partitions "
                               "and replication")

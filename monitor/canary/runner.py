@@ -27,7 +27,8 @@ class Topics:
 
 
 def prepare_topics(config: Config) -> Topics:
-    """Create the canary and ledger topics when missing (existing ones are used as they are)."""
+    """Create the canary and ledger topics when missing (existing ones are used as they are), and
+    the EOS pipeline's output topic when ``eos.enabled``."""
     canary = clients.ensure_topic(clients.admin(config), config.canary.name, config.canary.partitions,
                                   config.canary.replication_factor, config.canary.topic_configs())
     ledger_admin = clients.admin(config, ledger=True)
@@ -35,6 +36,10 @@ def prepare_topics(config: Config) -> Topics:
                                   config.ledger.replication_factor, config.ledger.topic_configs())
     # a ledger created by Vigil 0.1 stamps the writers' clock: switch it to the brokers' (best effort)
     clients.alter_topic_config(ledger_admin, config.ledger.topic, "message.timestamp.type", "LogAppendTime")
+    if config.eos.enabled:  # the EOS pipeline's output, before the watch subscribes to it
+        from monitor.eos.audit import ensure_output_topic
+
+        ensure_output_topic(config, canary.partitions)
     return Topics(canary, ledger)
 
 

@@ -28,6 +28,15 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
             by_class[iso.value][inv.value] = {d.value: result.counts.get((inv, iso, d), 0) for d in DURABILITIES}
     counts[Isolation.READ_COMMITTED.value][Invariant.LSO_STUCK.value] = hanging_transactions(
         h.entries, cfg.watch.lso_stuck_threshold_s, h.reads.get(Isolation.READ_UNCOMMITTED, {}))
+    if cfg.eos.enabled:  # the EOS pipeline, from its group's offsets, its output and the canary topic
+        from monitor.eos.audit import audit as eos_audit
+
+        verdict = eos_audit(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group, timeout_s).verdict
+        rc = Isolation.READ_COMMITTED.value
+        counts[rc][Invariant.EOS_LOSS.value] = len(verdict.losses)
+        counts[rc][Invariant.EOS_DUPLICATE.value] = len(verdict.duplicates)
+        for inv, n in ((Invariant.EOS_LOSS, len(verdict.losses)), (Invariant.EOS_DUPLICATE, len(verdict.duplicates))):
+            by_class[rc][inv.value] = {d.value: (n if d.value == "guaranteed" else 0) for d in DURABILITIES}
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,
@@ -69,7 +78,7 @@ def audit_cmd(
     whole ledger, and counts every invariant exactly.
 
     This is the ground truth the live checker is compared with: an independent, whole-history
-    implementation. Liveness invariants are time-based and live only; `lso_stuck` here counts
+    implementation. With `eos.enabled`, the EOS pipeline too (`vigil eos audit`). Liveness invariants are time-based and live only; `lso_stuck` here counts
     the (transaction, partition) pairs whose records the final log holds and that the ledger shows
     holding the log back longer than `watch.lso_stuck_threshold_s` (see docs/invariants.md).
     """

@@ -12,9 +12,8 @@ import typer
 
 from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
-from monitor.config import Config
 from monitor.eos.audit import audit, ensure_output_topic
-from monitor.eos.worker import EosWorker
+from monitor.eos.worker import worker_for
 
 app = typer.Typer(help="The exactly-once pipeline canary: a consume-transform-produce worker on the Java client "
                   "that reads the canary topic and writes each record's source position to an output topic in "
@@ -22,12 +21,6 @@ app = typer.Typer(help="The exactly-once pipeline canary: a consume-transform-pr
                   "(eos_loss, eos_duplicate).", no_args_is_help=True)
 
 DRILLS = ("eos_loss", "eos_duplicate")
-
-
-def _worker(cfg: Config) -> EosWorker:
-    return EosWorker(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group,
-                     f"{cfg.eos.group}-{cfg.resolved_instance_id()}", Path(cfg.state_dir) / "eos",
-                     abort_every=cfg.eos.abort_every)
 
 
 @app.command("run")
@@ -50,7 +43,7 @@ def run(
     canary = clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
                                   cfg.canary.topic_configs())
     ensure_output_topic(cfg, canary.partitions)
-    worker = _worker(cfg)
+    worker = worker_for(cfg)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_a: stop.set())
@@ -95,7 +88,7 @@ def drill(
     if kind not in DRILLS:
         raise typer.BadParameter(f"{kind!r}: one of {', '.join(DRILLS)}", param_hint="KIND")
     cfg = load_config(config)
-    worker = _worker(cfg)
+    worker = worker_for(cfg)
     worker.workdir.mkdir(parents=True, exist_ok=True)
     worker.drill(kind)
     console.print(f"asked the EOS worker for {kind} ({worker.control}.{kind}); it applies it on its next transaction")

@@ -20,6 +20,7 @@ from monitor.canary.runner import WriterThread, open_writer, prepare_topics_pati
 from monitor.cli.common import ConfigOption, err_console, load_config, print_endpoints, print_json, progress
 from monitor.cli.produce_cmd import status_line, writer_summary
 from monitor.cluster.access import up_for
+from monitor.eos.runner import EosPipeline
 from monitor.metrics import producer_metrics
 from monitor.signals import install_stop_handlers
 from monitor.watch.runtime import WatchRuntime
@@ -59,6 +60,7 @@ def run(
         err_console.print("stopped before the canary and ledger topics could be prepared")
         return
     threads = [WriterThread(open_writer(cfg, w, topics, metrics), writers_stop, None) for w in cfg.writers]
+    pipeline = EosPipeline(cfg, registry, progress) if cfg.eos.enabled else None
     writers_starting = threading.Lock()
     started = time.monotonic()
 
@@ -67,12 +69,19 @@ def run(
         then the checker reads up to the end."""
         try:
             start_writers_when_checking(runtime, threads, requested, writers_starting, progress)
+            if pipeline is not None and not requested.is_set():
+                pipeline.start()
             requested.wait(duration)
             writers_stop.set()
             for t in threads:
                 if t.is_alive():
                     t.join()
+            if pipeline is not None:  # it consumes what the writers wrote last, then closes
+                pipeline.drain(timeout_s=60.0)
+                pipeline.stop()
             runtime.wait_caught_up(timeout_s=120.0)
+            if pipeline is not None:
+                runtime.eos_tick()  # its last commits judged: no batch comes after the output's end
         finally:  # whatever happened here, the run ends
             writers_stop.set()
             runtime.stop.set()
@@ -101,6 +110,8 @@ def run(
         with writers_starting:  # no writer starts after this
             requested.set()
         writers_stop.set()
+        if pipeline is not None:
+            pipeline.stop()
         for t in threads:
             if t.ident is None:  # stopped before the checker ran: never started
                 t.discard()

@@ -16,7 +16,7 @@
 //   after abortTransaction; resumed: where the next poll resumed; committed: the group's offset)
 //   {"event":"drill","kind":...} (once applied and committed)  {"event":"progress",...}
 //   {"event":"closing"} (the loop ended)  {"event":"closed","ms":t} (close() returned after t ms)
-// Diagnostics go to stderr. Drills are files next to `control` (control + ".eos_loss" / ".eos_duplicate"):
+// Diagnostics go to stderr. The end of stdin stops it as SIGTERM does. Drills are files next to `control` (control + ".eos_loss" / ".eos_duplicate"):
 // eos_loss leaves the position where the aborted transaction ended (no rewind: the aborted
 // records are never written), eos_duplicate writes the first record of the next transaction twice.
 //
@@ -137,6 +137,19 @@ public final class EosWorker {
             } catch (InterruptedException ignored) {
             }
         }));
+        // Its runner holds our stdin open: end of input (the runner gone, even by kill -9) stops us
+        // the way SIGTERM does, so no worker outlives the process that watches it.
+        Thread orphaned = new Thread(() -> {
+            try {
+                while (System.in.read() != -1) {
+                    // nothing is sent: only the end matters
+                }
+            } catch (IOException ignored) {
+            }
+            Runtime.getRuntime().exit(0);
+        }, "eos-worker-stdin");
+        orphaned.setDaemon(true);
+        orphaned.start();
         int exit = 0;
         try {
             producer.initTransactions();

@@ -2,8 +2,8 @@
 
 In the order the rule needs: the group's committed offsets first; then the output's high
 watermarks; then the output read with ``read_committed`` until the reader's position passes those
-watermarks; then the source read with ``read_committed`` to its end, the reader's position kept as
-how far it is whole. Not the output's end as ``read_committed`` sees it (its last stable offset):
+watermarks; then the source read with ``read_committed`` past its last stable offsets as they are
+then, the reader's position kept as how far it is whole. Not the output's end as ``read_committed`` sees it (its last stable offset):
 a transaction's commit markers are written partition by partition, so the group's offsets can be
 visible while an output partition's marker is not yet — an audit stopping there would call that
 transaction's records lost. Its records are below any high watermark taken after its offsets
@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from invariants.eos import EosVerdict, eos_verdict
 from monitor import clients
-from monitor.audit.reader import AuditReadError, read_to_end
+from monitor.audit.reader import AuditReadError
 from monitor.config import Config
 from monitor.eos import output_format
 
@@ -111,9 +111,14 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
         drill_copies += output_format.is_drill_copy(msg.value())
         lowest[position[0]] = min(lowest.get(position[0], position[1]), position[1])
 
+    # high watermarks: librdkafka lists offsets at the client's isolation level (read_committed: the LSO)
+    hw = clients.consumer(cfg, "read_uncommitted", group="vigil-audit")
+    try:
+        marks = {q: clients.watermarks(hw, output_topic, q) for q in range(n_out)}
+    finally:
+        hw.close()
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
-        marks = {q: clients.watermarks(c, output_topic, q) for q in range(n_out)}
         read_past(c, output_topic, {q: high for q, (_low, high) in marks.items()}, timeout_s, on_output)
     finally:
         c.close()
@@ -122,8 +127,11 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
     source: dict[int, list[int]] = {}
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
-        read_to_end(c, source_topic, n_src, timeout_s,
-                    lambda msg: source.setdefault(msg.partition(), []).append(msg.offset()), progress)
+        # to its last stable offsets as they are now (writers may still be writing: a moving end
+        # is never reached on every partition at once)
+        stable = {p: clients.watermarks(c, source_topic, p)[1] for p in range(n_src)}
+        read_past(c, source_topic, stable, timeout_s,
+                  lambda msg: source.setdefault(msg.partition(), []).append(msg.offset()))
         read_to = _positions(c, source_topic, n_src)
     finally:
         c.close()

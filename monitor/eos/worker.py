@@ -56,6 +56,7 @@ class EosWorker:
     events: list[dict[str, Any]] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     stuck: bool = False  # the last stop found it not even closing: killed
+    started_at: float = 0.0  # monotonic, of the last start
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -74,8 +75,10 @@ class EosWorker:
         self.proc = subprocess.Popen(
             [java, "-Xmx256m", "-cp", cp, MAIN_CLASS, str(props), self.input_topic, self.output_topic, self.group,
              self.transactional_id, str(self.abort_every), str(self.control)],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+            # stdin held open: when this process ends (even by kill -9) the worker reads its end and stops
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE)
         log.close()
+        self.started_at = time.monotonic()
         threading.Thread(target=self._read, args=(self.proc,), daemon=True, name="eos-worker-events").start()
 
     def _read(self, proc: subprocess.Popen) -> None:
@@ -140,3 +143,11 @@ class EosWorker:
         except subprocess.TimeoutExpired:
             self.kill()
             return False
+
+
+def worker_for(cfg: Config) -> EosWorker:
+    """The configured pipeline's worker: it reads the canary topic; ``<group>-<instance id>`` is
+    its transactional id and static member id; its files are under ``<state_dir>/eos``."""
+    return EosWorker(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group,
+                     f"{cfg.eos.group}-{cfg.resolved_instance_id()}", Path(cfg.state_dir) / "eos",
+                     abort_every=cfg.eos.abort_every)

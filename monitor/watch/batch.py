@@ -1,7 +1,7 @@
 """The thin adapter between a micro-batch (an Arrow table) and the pure checker.
 
 Columns (:data:`monitor.watch.executor.DECODED_SCHEMA`, what the executors send): ``src`` (0 =
-canary read_committed, 1 = canary read_uncommitted, 2 = ledger), ``topic``, ``partition``,
+canary read_committed, 1 = canary read_uncommitted, 2 = ledger, 3 = the EOS pipeline's output), ``topic``, ``partition``,
 ``offset``, ``ts_us`` (the record's timestamp: the broker's append time on the ``LogAppendTime``
 ledger topic), the ledger's ``value`` and the canary records' decoded headers. Anything that is
 not a well-formed canary record is counted (``foreign`` without the magic bytes, ``malformed``
@@ -28,7 +28,10 @@ from invariants.ledger_format import LedgerFormatError, decode
 from invariants.model import RC, RU, Read, Violation
 from monitor.metrics import E2E_BUCKETS
 from monitor.record_format import FLAG_INTENDED_ABORT
-from monitor.watch.executor import HEADER_COLUMNS, KIND_CANARY, KIND_NAMES, SRC_LEDGER, decode_values, unsigned
+from monitor.eos import output_format
+from monitor.watch.executor import (
+    HEADER_COLUMNS, KIND_CANARY, KIND_NAMES, SRC_EOS_OUTPUT, SRC_LEDGER, decode_values, unsigned,
+)
 
 SRC_RC, SRC_RU = 0, 1
 ISOLATION_OF = {SRC_RC: RC, SRC_RU: RU}
@@ -42,8 +45,9 @@ class BatchStats:
 
 
 def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str | None],
-                now: float | None = None) -> tuple[list[Violation], BatchStats]:
-    """Feed one micro-batch to the checker: ledger first, then each reader's partitions."""
+                now: float | None = None, eos: EosInput | None = None) -> tuple[list[Violation], BatchStats]:
+    """Feed one micro-batch to the checker: ledger first, then each reader's partitions, then
+    the EOS pipeline's output and what the watch knows of the pipeline (``eos``)."""
     now = time.time() if now is None else now
     stats = BatchStats()
     checker.begin_batch()
@@ -64,7 +68,36 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
             continue
         part = part.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
         _apply_reads(checker, iso, part, fresh_id, now, stats)
+    if eos is not None:
+        _apply_eos(checker, table, eos, stats)
     return checker.settle(), stats
+
+
+@dataclass
+class EosInput:
+    """The EOS pipeline beside its output records: where the output reader stands (per output
+    partition) and a sample of the group's committed offsets with the output's high watermarks."""
+
+    positions: dict[int, int] = field(default_factory=dict)
+    sample: tuple | None = None  # (committed, output high watermarks, output partitions trimmed)
+
+
+def _apply_eos(checker: Checker, table: pa.Table, eos: EosInput, stats: BatchStats) -> None:
+    out = table.filter(pc.equal(table.column("src"), SRC_EOS_OUTPUT))
+    by_partition: dict[int, list[tuple[int, tuple[int, int]]]] = {}
+    if out.num_rows:
+        out = out.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        for q, off, value in zip(out.column("partition").to_pylist(), out.column("offset").to_pylist(),
+                                 out.column("value").to_pylist()):
+            position = output_format.decode(value)
+            if position is None:
+                stats.malformed["eos_output"] += 1
+            else:
+                by_partition.setdefault(q, []).append((off, position))
+    for q in sorted(set(by_partition) | set(eos.positions)):
+        checker.apply_eos_output(q, by_partition.get(q, []), eos.positions.get(q))
+    if eos.sample is not None:
+        checker.eos_committed(*eos.sample)
 
 
 def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Counter, np.ndarray]:

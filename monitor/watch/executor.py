@@ -7,7 +7,8 @@ incarnation, seq, produce time, transaction id, flags, transaction size and inde
 checker needs of anything that is not a well-formed canary record: its kind (``foreign`` without
 the magic bytes, ``malformed`` with them) and its identity, the CRC-32 and length of the whole value
 (:func:`invariants.model.foreign_ident`). The value itself stays on the executor; only ledger rows
-(``src`` 2) keep theirs, the driver decodes ledger entries.
+(``src`` 2) and the EOS pipeline's output rows (``src`` 3, 16-64 bytes) keep theirs, the driver
+decodes those.
 
 The driver and the re-fetcher decode through the same :func:`decode_values`, so a record has one
 identity whichever way it was read. This module imports only numpy, pyarrow and
@@ -28,6 +29,7 @@ import pyarrow.compute as pc
 from monitor.record_format import HEADER_SIZE, MAGIC, decode_header_rows
 
 SRC_LEDGER = 2
+SRC_EOS_OUTPUT = 3  # the EOS pipeline's output topic (rows keep their value, as the ledger's do)
 KIND_LEDGER, KIND_CANARY, KIND_FOREIGN, KIND_MALFORMED = -1, 0, 1, 2
 KIND_NAMES = {KIND_FOREIGN: "foreign", KIND_MALFORMED: "malformed"}
 
@@ -55,7 +57,7 @@ def decode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     n = batch.num_rows
     src = batch.column("src").to_numpy(zero_copy_only=False).astype(np.int8)
     values = batch.column("value")
-    ledger = src == SRC_LEDGER
+    ledger = src >= SRC_LEDGER
     cols = decode_values(values, skip=ledger)
     kept = pc.if_else(pa.array(ledger), values.cast(pa.binary()), pa.scalar(None, pa.binary())) \
         if ledger.any() else pa.nulls(n, pa.binary())

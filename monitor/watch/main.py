@@ -51,6 +51,27 @@ class _Freshness(StreamingQueryListener):
         pass
 
 
+def _same_sources_as_the_checkpoint(cfg: Config) -> None:
+    """Spark resumes a query only over the sources its checkpoint has: switching ``eos.enabled``
+    (a fourth source) under an existing checkpoint would fail every restart of the query. Refused
+    at once, with the way out."""
+    offsets = cfg.spark_checkpoint_dir() / "offsets"
+    logs = sorted((int(f.name), f) for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else []
+    if not logs:
+        return
+    try:
+        had = len([line for line in logs[-1][1].read_text().splitlines()[2:] if line.strip()])
+    except OSError:
+        return
+    want = 4 if cfg.eos.enabled else 3
+    if had != want:
+        from monitor.watch.state import StateError
+
+        raise StateError(f"{cfg.spark_checkpoint_dir()}: the Spark checkpoint reads {had} sources, this config "
+                         f"{want} (eos.enabled is {str(cfg.eos.enabled).lower()}): set eos.enabled back, or start "
+                         "the checker afresh over what the topics retain: `vigil state rebuild`")
+
+
 def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
               progress: Callable[[str], None] = lambda _m: None, registry: CollectorRegistry | None = None,
               on_tick: Callable[[], None] = lambda: None) -> None:
@@ -63,6 +84,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         raise StateError(f"{cfg.checkpoint_dir()}: checker state of batch {runtime.state.batch_id} but no Spark "
                          "checkpoint next to it; restore both, or rebuild the state from the evidence and the retained "
                          "logs: `vigil state rebuild`")
+    _same_sources_as_the_checkpoint(cfg)
     runtime.serve_metrics(registry)
     if cfg.watch.evidence.topic:
         from monitor import clients
@@ -70,6 +92,10 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         clients.ensure_topic(clients.admin(cfg), cfg.watch.evidence.topic, 1, cfg.canary.replication_factor,
                              {"cleanup.policy": "compact"})
     runtime.prober.start()
+    ticks = None
+    if runtime.eos_feed is not None:
+        ticks = threading.Thread(target=runtime.eos_ticks, name="vigil-eos-ticks", daemon=True)
+        ticks.start()
     runtime.start_refetching()
     runtime.certificates.start()
     runtime.credentials.start()
@@ -91,6 +117,10 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
             q.stop()
         runtime.prober.join(10)
         runtime.stop_refetching()
+        if ticks is not None:
+            ticks.join(15)
+        if runtime.eos_feed is not None:
+            runtime.eos_feed.close()  # (waits for a sample in progress)
         spark.stop()
 
 

@@ -28,7 +28,8 @@ from monitor.credentials import CredentialWatch
 from monitor.tls_expiry import CertificateExpiryCollector, CertificateWatch
 from monitor.watch import http
 from monitor.watch import state as state_store
-from monitor.watch.batch import apply_batch
+from monitor.watch.batch import EosInput, apply_batch
+from monitor.watch.eos_feed import EosFeed
 from monitor.watch.executor import decode_table
 from monitor.watch.evidence import EvidenceLog
 from monitor.watch.prober import Prober
@@ -66,6 +67,7 @@ class WatchRuntime:
         self.watched = (cfg.canary.name,)
         self.owner = state_store.own(self.dir)  # one monitor per state: `vigil state rebuild` waits for none
         self.state = self._load()
+        self.eos_feed = EosFeed(cfg) if cfg.eos.enabled else None
         # counted in memory but not yet saved (the state's volume full): saved with the next save,
         # and kept across a revert to the saved state
         self.unsaved_liveness: list[Violation] = []
@@ -101,7 +103,10 @@ class WatchRuntime:
         self.published = self._snapshot()
 
     def _load(self) -> state_store.WatchState:
-        return state_store.load(self.dir, self.settings, self.watched)
+        state = state_store.load(self.dir, self.settings, self.watched)
+        # the EOS pipeline the checker judges (eos.enabled): the one reading the canary topic
+        state.checker.eos_source = self.cfg.canary.name if self.cfg.eos.enabled else ""
+        return state
 
     def _revert(self) -> None:
         """Back to the state saved last (a half-applied or unsaved batch dropped), with what was
@@ -138,13 +143,15 @@ class WatchRuntime:
         table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
         if "kind" not in table.column_names:  # watch.decode_on: the driver decodes what the executors did not
             table = decode_table(table)
+        # the EOS pipeline: where the output reader stands, then the group's offsets and the output's ends
+        eos = None if self.eos_feed is None else EosInput(self.eos_feed.positions_at(batch_id), self.eos_feed.sample())
         fetched = time.monotonic()
         with self.lock:
             if batch_id <= self.state.batch_id:
                 return
             try:
                 self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
-                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id)
+                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=eos)
                 checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)
@@ -200,6 +207,30 @@ class WatchRuntime:
                 self.state.checker.suspect(tid, p, new, old)
                 self.unsaved_rewinds.append((tid, p, new, old))  # the prober hands each once
         self.wake_refetches()
+
+    def eos_ticks(self, every_s: float = 2.0) -> None:
+        """The EOS pipeline judged between batches, every ``every_s``, in a thread of its own (its
+        sample's requests must not hold up the prober's rounds)."""
+        while not self.stop.wait(every_s):
+            self.eos_tick()
+
+    def eos_tick(self) -> None:
+        """The EOS pipeline judged between batches: with its output read to the end no batch comes,
+        yet the last commits are still to be judged. Saved only when it found something."""
+        if self.eos_feed is None or self.state.batch_id < 0:
+            return
+        sample = self.eos_feed.sample()
+        with self.lock:
+            violations = self.state.checker.eos_tick(self.eos_feed.positions_at(self.state.batch_id), sample)
+            if not violations:
+                return
+            try:
+                self._persist(self.state.batch_id, violations)
+            except state_store.StateSaveError as exc:
+                self._revert()  # found again by the next batch or tick, from the saved state
+                self._save_failed(exc)
+                return
+            self.published = self._snapshot()
 
     def start_refetching(self) -> None:
         """Read again in a thread of its own from now on: Spark's next trigger does not wait for

@@ -93,11 +93,14 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
 
 
 def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True) -> DataFrame:
-    """The three sources as Kafka rows (the bench's no-op reads these)."""
+    """The three sources as Kafka rows (the bench's no-op reads these), and the EOS pipeline's
+    output when ``eos.enabled``."""
     df = source(spark, cfg, cfg.canary.name, "read_committed", 0).unionByName(
         source(spark, cfg, cfg.canary.name, "read_uncommitted", 1))
     if with_ledger:
         df = df.unionByName(source(spark, cfg, cfg.ledger.topic, "read_committed", 2, ledger=True))
+    if cfg.eos.enabled:  # the EOS pipeline's output (invariants.eos)
+        df = df.unionByName(source(spark, cfg, cfg.eos.output_topic, "read_committed", 3))
     return df
 
 

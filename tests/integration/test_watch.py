@@ -25,16 +25,21 @@ def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record_th
     a metric, /metrics answering with what was saved, no crash; once space is back every batch is
     applied again — every acked record checked exactly once, nothing counted twice. Two
     transactional writers on the same partitions: whatever write cycles (G0, which Kafka allows)
-    they show, live == audit; nothing else is counted."""
+    they show, live == audit; nothing else is counted. The EOS pipeline canary runs too (its Java
+    worker aborting every 5th transaction): no eos_loss, no eos_duplicate, live or in its audit,
+    over every record it judged; where it resumed after each abort is exported."""
     writers = [{"name": "idempotent", "rate": 200}, {"name": "txn", "transactional": True, "rate": 40},
                {"name": "txn2", "transactional": True, "rate": 40}]
-    cfg, path = watch_config(cluster_ready, tmp_path, "clean", 29471, writers=writers)
+    cfg, path = watch_config(cluster_ready, tmp_path, "clean", 29471, writers=writers,
+                             eos={"enabled": True, "output_topic": "it-clean-eos-out", "group": "vigil-it-clean-eos"})
     run = Background(path, "run", "--duration", "120", "--json", name="run")
     port = cfg.metrics.port
     wait_for(lambda: metrics_up(port), 90, "the first batch")
     wait_for(lambda: (sample(port, "vigil_aborted_records_read_total", isolation="read_uncommitted") or 0) > 0,
              90, "aborted records seen by read_uncommitted")
     assert safety(violations(port)) == {}
+    wait_for(lambda: (sample(port, "vigil_eos_after_abort_total", client="java", position="advance") or 0) > 0, 90,
+             "the EOS worker's first abort")
     # the volume fills: any write past half the state's size fails; the run's log stays writable
     # (with room for the Spark JVM, not limited, to log each failed query's stack trace into it)
     state_bytes = wait_for(lambda: (b := sample(port, "vigil_state_bytes") or 0) > 2 * (run.err.stat().st_size + 2**19)
@@ -70,7 +75,12 @@ def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record_th
     audit = vigil_json(path, "audit")
     assert nonzero(audit_counts(audit)) == nonzero({G0: cycles})  # whatever cycles occurred, the audit's too
     assert audit["records_checked"] == expected
-    print(f"write cycles between the two transactional writers in 120 s: {cycles}")
+    assert audit["read_committed"]["eos_loss"] == audit["read_committed"]["eos_duplicate"] == 0
+    eos = json.loads(vigil(path, "eos", "audit", "--json", timeout=300).stdout.strip().splitlines()[-1])
+    # the worker consumed everything read_committed holds before it stopped, and all was judged
+    assert eos["judged_records"] == eos["source_records"] == expected["read_committed"], eos
+    print(f"write cycles between the two transactional writers in 120 s: {cycles}; EOS records judged "
+          f"{eos['judged_records']}")
 
 
 def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_ready, tmp_path):
@@ -149,14 +159,21 @@ def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_
 
 
 def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready, tmp_path):
+    """Counts restored across a kill -9 of the watch, drills made while it was down found once; the
+    EOS pipeline canary (`vigil eos run` beside it) judged live through the restart: its drills'
+    eos_loss and eos_duplicate exactly as injected and as `vigil audit` finds them."""
     cfg, path = watch_config(cluster_ready, tmp_path, "restart", 29473,
                              writers=[{"name": "idempotent", "rate": 200}],
-                             watch={"evidence": {"topic": "it-restart-evidence"}})
+                             watch={"evidence": {"topic": "it-restart-evidence"}},
+                             eos={"enabled": True, "output_topic": "it-restart-eos-out",
+                                  "group": "vigil-it-restart-eos"})
     port = cfg.metrics.port
     writer = Background(path, "produce", "--duration", "90", name="produce")
     watch = Background(path, "watch", name="watch1")
+    pipeline = None
     try:
         wait_for(lambda: metrics_up(port), 90, "the first batch")
+        pipeline = Background(path, "eos", "run", "--json", name="eos")
         vigil_json(path, "drill", "duplicate", "--count", "2")
         # both isolations: the read_committed source may reach the drill a batch later, and a
         # snapshot taken between the two would expect the late ones among the downtime's drills
@@ -178,13 +195,27 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
             want[k] += 1
         wait_for(lambda: violations(port) == want, 90, "the drills made during the downtime",
                  show=lambda: violations(port))
+        # the EOS pipeline's drills, judged live by the restarted watch
+        vigil(path, "eos", "drill", "eos_duplicate")
+        vigil(path, "eos", "drill", "eos_loss")
+        wait_for(lambda: violations(port)[("eos_duplicate", "read_committed")] == 1
+                 and violations(port)[("eos_loss", "read_committed")] > 0, 90, "the EOS drills found live",
+                 show=lambda: violations(port))
         assert writer.wait(240) == 0, writer.tail()
+        assert pipeline.stop() == 0, pipeline.tail()
+        drills = pipeline.stdout_json()["drills"]
+        assert [d["offset"] for d in drills if d["kind"] == "eos_duplicate"], drills
+        want[("eos_duplicate", "read_committed")] = 1
+        want[("eos_loss", "read_committed")] = sum(d["records"] for d in drills if d["kind"] == "eos_loss")
+        wait_for(lambda: violations(port) == want, 60, "the EOS pipeline judged to its end", show=lambda: violations(port))
         time.sleep(5)
         assert violations(port) == want
         live = live_history(port)
         checked = {iso: sample(port, "vigil_records_checked_total", isolation=iso)
                    for iso in ("read_committed", "read_uncommitted")}
     finally:
+        if pipeline is not None:
+            pipeline.stop()
         watch.stop()
         writer.stop()
     assert nonzero(audit_counts(vigil_json(path, "audit"))) == nonzero(live)

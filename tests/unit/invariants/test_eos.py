@@ -9,6 +9,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from invariants.catalog import Invariant
+from invariants.checker import Checker
+from invariants.model import RC, Read, Settings
 from invariants.eos import AFTER_ABORT_CLASSES, EosFinding, EosLive, classify_after_abort, eos_verdict
 from monitor.eos import output_format
 
@@ -144,7 +147,7 @@ def test_output_round_trip(partition, offset, source_value):
     assert output_format.decode(None) is None and output_format.decode(b"VG" + value[2:]) is None
 
 
-def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000):
+def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000, make=EosLive):
     """Feed :class:`EosLive` a simulated pipeline as the watch would: the source and the output
     read in random chunks, committed offsets sampled at random moments (with the output's high
     watermarks right after), batches now and then read again, judged at random, saved and
@@ -169,7 +172,7 @@ def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000):
             part.append((len(part), i, None))
         offsets_now.update(ends)
         state_at.append((dict(offsets_now), {q: len(part) - 1 for q, part in log.items()}))
-    live = EosLive(horizon)
+    live = make(horizon)
     found = []
     src_at = {p: 0 for p in source}
     out_at = {q: 0 for q in log}
@@ -202,7 +205,7 @@ def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000):
         if final or rng.random() < 0.5:
             found.extend(live.judge())
         if rng.random() < 0.2:
-            live = EosLive.from_doc(json.loads(json.dumps(live.to_doc())))
+            live = type(live).from_doc(json.loads(json.dumps(live.to_doc())))
 
     while now < len(events) - 1 or any(src_at[p] < len(source[p]) for p in source):
         step()
@@ -240,3 +243,63 @@ def test_a_loss_waits_for_the_output_reader_to_reach_the_ends_sampled_after_the_
     assert live.read_output(0, [(1, (0, 1))], reader_at=4) == []  # read again: not a second copy
     assert live.read_output(0, [(4, (0, 1))], reader_at=5) == [EosFinding("eos_duplicate", 0, 1, 2)]
     assert live.read_output(0, [(5, (0, 1))], reader_at=6) == []  # one finding per position
+
+
+class CheckerPipeline:
+    """:class:`EosLive`'s interface, through a whole :class:`Checker` (its reads, its settle, its
+    saved document): what the watch does."""
+
+    NAME, TID = "canary", "tid-1"
+
+    def __init__(self, horizon: int = 100_000, checker: Checker | None = None) -> None:
+        self.checker = checker or Checker(Settings(horizon_offsets=max(horizon, 20_000)))
+        if checker is None:
+            self.checker.note_topic(self.NAME, self.TID)
+            self.checker.eos_source = self.NAME
+
+    def read_source(self, partition, offsets):
+        reads = [Read(o, ("x", o, 1)) for o in offsets]
+        self.checker.apply_reads(RC, self.TID, partition, reads)
+
+    def read_output(self, partition, records, reader_at=None):
+        self.checker.apply_eos_output(partition, list(records), reader_at)
+        return self.judge()  # a batch ends with a settle (and only then is it saved)
+
+    def committed(self, offsets, ends):
+        self.checker.eos_committed(offsets, ends)
+
+    def judge(self):
+        return [EosFinding(v.invariant.value, v.partition, v.offsets[0], 0) for v in self.checker.settle()
+                if v.invariant in (Invariant.EOS_LOSS, Invariant.EOS_DUPLICATE)]
+
+    def to_doc(self):
+        return self.checker.to_doc()
+
+    @classmethod
+    def from_doc(cls, doc):
+        return cls(checker=Checker.from_doc(doc, Settings()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 3), st.integers(1, 30))
+def test_the_checker_judges_the_pipeline_as_the_verdict_does_through_its_saved_document(seed, partitions, steps):
+    source, committed, output, lost, duplicated, found = _live_run(seed, partitions, steps, make=CheckerPipeline)
+    read_to = {p: max(offsets, default=-1) + 1 for p, offsets in source.items()}
+    verdict = eos_verdict(source, read_to, committed, output)
+    losses = [(f.partition, f.offset) for f in found if f.invariant == "eos_loss"]
+    dups = [(f.partition, f.offset) for f in found if f.invariant == "eos_duplicate"]
+    assert sorted(losses) == list(verdict.losses)
+    assert sorted(dups) == [(p, o) for p, o, _n in verdict.duplicates]
+
+
+def test_the_checker_counts_them_and_a_recreated_topic_starts_a_new_pipeline():
+    pipe = CheckerPipeline()
+    ck = pipe.checker
+    pipe.read_source(0, [0, 1])
+    ck.apply_eos_output(0, [(0, (0, 0)), (1, (0, 0))], 2)
+    ck.eos_committed({0: 2}, {0: 2})
+    assert sorted(v.invariant.value for v in ck.settle()) == ["eos_duplicate", "eos_loss"]
+    assert ck.count(Invariant.EOS_LOSS, RC) == 1 and ck.count(Invariant.EOS_DUPLICATE, RC) == 1
+    ck.note_topic(pipe.NAME, "tid-2")
+    ck.apply_eos_output(0, [(0, (0, 5))], 1)
+    assert ck.eos_topic_id == "tid-2" and ck.eos.copies == {0: {5: 1}}

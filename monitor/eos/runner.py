@@ -1,0 +1,139 @@
+"""The EOS worker inside `vigil run` (``eos.enabled``): started with the canary writers, started
+again whenever it exits, drained and stopped after them; what it reports is exported.
+
+Metrics (a collector over its events, so nothing is counted twice):
+
+- ``vigil_eos_after_abort_total{client,position}``: where the worker's consumer resumed after each
+  aborted transaction, ``advance`` / ``rewind`` / ``rewind_further`` / ``other`` (KAFKA-17582);
+- ``vigil_eos_close_hung_total{client}``: ``close()`` calls that did not return within
+  ``eos.close_bound_s`` (KAFKA-17734);
+- ``vigil_eos_worker_exits_total{client}``: worker processes that ended by themselves (each is
+  started again).
+
+``client`` is ``java``: the worker runs on the Java client.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterator
+
+from confluent_kafka import KafkaError, TopicPartition
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+
+from invariants.eos import AFTER_ABORT_CLASSES
+from monitor import clients
+from monitor.config import Config
+from monitor.eos.audit import committed_offsets
+from monitor.eos.worker import EosWorker, worker_for
+
+CLIENT = "java"
+
+
+def last_records(cfg: Config, topic: str, tail: int = 2000, timeout_s: float = 30.0) -> dict[int, int]:
+    """Per partition, the offset after the last record ``read_committed`` returns (what a group
+    that consumed everything has committed): the tail of each partition read up to its last
+    stable offset (0 where the tail holds none)."""
+    c = clients.consumer(cfg, "read_committed", group="vigil-eos-ends")
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        ends = {p: clients.watermarks(c, topic, p) for p in meta.partitions}
+        c.assign([TopicPartition(topic, p, max(low, high - tail)) for p, (low, high) in ends.items() if high > low])
+        last = {p: 0 for p in ends}
+        todo = {p for p, (low, high) in ends.items() if high > low}
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for msg in c.consume(1000, 0.5):
+                if msg.error() is None:
+                    last[msg.partition()] = msg.offset() + 1
+                elif msg.error().code() != KafkaError._PARTITION_EOF:
+                    continue
+            at = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in todo])}
+            todo = {p for p in todo if at.get(p, -1) < ends[p][1]}
+        return last
+    finally:
+        c.close()
+
+
+class EosPipeline:
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None,
+                 say: Callable[[str], None] = lambda _m: None) -> None:
+        self.cfg = cfg
+        self.worker: EosWorker = worker_for(cfg)
+        self.say = say
+        self.exits = 0
+        self.close_hung = 0
+        self.started = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if registry is not None:
+            registry.register(self)
+
+    def start(self) -> bool:
+        """Start the worker (False, said, when it cannot: no JDK with javac, a bad output topic)."""
+        try:
+            self.worker.start()
+        except Exception as exc:  # noqa: BLE001 (the canary and the checker run on without it)
+            self.say(f"the EOS worker cannot start: {exc}")
+            return False
+        self.started = True
+        self._thread = threading.Thread(target=self._supervise, name="vigil-eos-worker", daemon=True)
+        self._thread.start()
+        return True
+
+    def _supervise(self) -> None:
+        wait = 1.0
+        while not self._stop.wait(wait):
+            proc = self.worker.proc
+            if proc is not None and proc.poll() is not None and not self._stop.is_set():
+                self.exits += 1
+                ran_s = time.monotonic() - self.worker.started_at
+                wait = 1.0 if ran_s > 60 else min(30.0, wait * 2)  # one that keeps failing: less often
+                self.say(f"the EOS worker exited (code {proc.returncode}; {self.worker.workdir / 'worker.log'}): "
+                         f"starting it again in {wait:.0f} s")
+                if self._stop.wait(wait):
+                    return
+                self.worker.start()
+            elif proc is not None and proc.poll() is None:
+                wait = 1.0
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the group committed past every record the canary topic holds (the writers
+        have stopped); False when it did not within ``timeout_s``."""
+        if not self.started:
+            return False
+        need = last_records(self.cfg, self.cfg.canary.name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = committed_offsets(self.cfg, self.cfg.eos.group, self.cfg.canary.name, len(need))
+            if all(got.get(p, 0) >= end for p, end in need.items()):
+                return True
+            time.sleep(0.5)
+        self.say(f"the EOS worker did not consume the canary topic to its end within {timeout_s:.0f} s")
+        return False
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if not self.worker.stop(self.cfg.eos.close_bound_s):
+            self.close_hung += 1
+            self.say(f"the EOS worker's close() did not return within {self.cfg.eos.close_bound_s:.0f} s: killed")
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        after = CounterMetricFamily("vigil_eos_after_abort", "where the EOS worker's consumer resumed after an "
+                                    "aborted transaction (KAFKA-17582)", labels=["client", "position"])
+        classes = self.worker.after_abort_classes()
+        for cls in AFTER_ABORT_CLASSES:
+            after.add_metric([CLIENT, cls], classes.get(cls, 0))
+        yield after
+        hung = CounterMetricFamily("vigil_eos_close_hung", "EOS worker close() calls that did not return within "
+                                   "eos.close_bound_s (KAFKA-17734)", labels=["client"])
+        hung.add_metric([CLIENT], self.close_hung)
+        yield hung
+        exits = CounterMetricFamily("vigil_eos_worker_exits", "EOS worker processes that ended by themselves "
+                                    "(each started again)", labels=["client"])
+        exits.add_metric([CLIENT], self.exits)
+        yield exits

@@ -1,0 +1,93 @@
+"""The EOS pipeline's way into the live checker: Spark's offset log read for the output reader's
+position, the checkpoint's sources held against the config, output rows of a micro-batch, and the
+retention rules of the live judgement."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from invariants.catalog import Invariant
+from invariants.checker import Checker
+from invariants.eos import EosFinding, EosLive
+from invariants.model import RC, Read
+from monitor.config import parse
+from monitor.eos import output_format
+from monitor.watch.batch import EosInput, apply_batch
+from monitor.watch.eos_feed import EosFeed
+from monitor.watch.executor import decode_table
+from monitor.watch.main import _same_sources_as_the_checkpoint
+from monitor.watch.state import StateError
+
+
+def config(tmp_path, enabled=True):
+    return parse({"state_dir": str(tmp_path), "eos": {"enabled": enabled, "output_topic": "out"},
+                  "canary": {"name": "canary"}}, "t.yaml")
+
+
+def offset_log(cfg, batch_id: int, sources: list[dict]) -> None:
+    d = cfg.spark_checkpoint_dir() / "offsets"
+    d.mkdir(parents=True, exist_ok=True)
+    lines = ["v1", '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'] + [
+        __import__("json").dumps(s) for s in sources]
+    (d / str(batch_id)).write_text("\n".join(lines))
+
+
+def test_the_output_readers_position_is_its_sources_entry_in_sparks_offset_log(tmp_path):
+    cfg = config(tmp_path)
+    feed = EosFeed(cfg)
+    assert feed.positions_at(0) == {}
+    offset_log(cfg, 7, [{"canary": {"0": 5}}, {"canary": {"0": 9}}, {"ledger": {"0": 3}}, {"out": {"0": 12, "1": 4}}])
+    assert feed.positions_at(7) == {0: 12, 1: 4}
+    assert feed.positions_at(8) == {}
+
+
+def test_switching_eos_under_an_existing_checkpoint_is_refused_with_the_way_out(tmp_path):
+    cfg = config(tmp_path, enabled=True)
+    _same_sources_as_the_checkpoint(cfg)  # no checkpoint yet: fine
+    offset_log(cfg, 0, [{"canary": {"0": 1}}, {"canary": {"0": 1}}, {"ledger": {"0": 1}}])
+    with pytest.raises(StateError, match="eos.enabled is true.*vigil state rebuild"):
+        _same_sources_as_the_checkpoint(cfg)
+    _same_sources_as_the_checkpoint(config(tmp_path, enabled=False))
+    offset_log(cfg, 1, [{"canary": {"0": 1}}, {"canary": {"0": 1}}, {"ledger": {"0": 1}}, {"out": {"0": 1}}])
+    _same_sources_as_the_checkpoint(cfg)
+    with pytest.raises(StateError, match="reads 4 sources, this config 3"):
+        _same_sources_as_the_checkpoint(config(tmp_path, enabled=False))
+
+
+def test_a_batchs_output_rows_reach_the_checker_with_the_batchs_position_and_a_sample():
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    ck.eos_source = "canary"
+    values = [output_format.encode(0, 0), output_format.encode(0, 0), b"junk", output_format.encode(0, 2)]
+    rows = pa.table({"src": pa.array([3, 3, 3, 3], pa.int8()), "topic": ["out"] * 4,
+                     "partition": pa.array([0, 0, 0, 0], pa.int32()), "offset": pa.array([0, 1, 2, 3], pa.int64()),
+                     "value": pa.array(values, pa.binary()), "ts_us": pa.array([0] * 4, pa.int64())})
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in (0, 1, 2)])
+    found, stats = apply_batch(ck, decode_table(rows), lambda _n: "tid",
+                               eos=EosInput({0: 5}, ({0: 3}, {0: 5}, [])))
+    assert sorted((v.invariant.value, v.partition, v.offsets) for v in found) == [
+        (Invariant.EOS_DUPLICATE.value, 0, (0,)), (Invariant.EOS_LOSS.value, 0, (1,))]
+    assert stats.malformed["eos_output"] == 1
+    assert all(v.topic_id == "tid" for v in found)
+
+
+def test_no_loss_is_judged_below_the_canary_log_start_or_below_the_oldest_copy_of_a_trimmed_output():
+    live = EosLive()
+    live.read_source(0, range(10))
+    live.read_output(0, [(100, (0, 6)), (101, (0, 8))], 102)
+    live.committed({0: 10}, {0: 102}, output_trimmed=[0])  # the output's copies of 0..5 went with retention
+    assert live.judge({0: 2}) == [EosFinding("eos_loss", 0, 7, 0), EosFinding("eos_loss", 0, 9, 0)]
+    live = EosLive()
+    live.read_source(0, range(4))
+    live.read_output(0, [(0, (0, 3))], 1)
+    live.committed({0: 4}, {0: 1})
+    assert live.judge({0: 2}) == [EosFinding("eos_loss", 0, 2, 0)]  # 0 and 1: gone from the canary topic too
+
+
+def test_samples_past_the_cap_keep_the_oldest_which_is_ready_first():
+    live = EosLive()
+    for i in range(EosLive.MAX_SAMPLES + 10):
+        live.committed({0: i}, {0: i})
+    assert len(live.samples) == EosLive.MAX_SAMPLES
+    assert live.samples[0] == ({0: 0}, {0: 0}) and live.samples[-1][0] == {0: EosLive.MAX_SAMPLES + 9}
