@@ -260,9 +260,9 @@ class Checker(TopicLifecycle):
         if not self._eos_current():
             return []
         for q, at in positions.items():
-            self._eos_violations(self.eos.read_output(q, [], at))
+            self.apply_eos_output(q, [], at)
         if sample is not None:
-            self.eos.committed(*sample)
+            self.eos_committed(*sample)
         self._eos_judge()
         return self.sink.take()
 

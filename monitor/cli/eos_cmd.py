@@ -13,6 +13,7 @@ import typer
 from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
 from monitor.eos.audit import audit, ensure_output_topic
+from monitor.eos.runner import EosPipeline
 from monitor.eos.worker import worker_for
 
 app = typer.Typer(help="The exactly-once pipeline canary: a consume-transform-produce worker on the Java client "
@@ -43,17 +44,15 @@ def run(
     canary = clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
                                   cfg.canary.topic_configs())
     ensure_output_topic(cfg, canary.partitions)
-    worker = worker_for(cfg)
+    pipeline = EosPipeline(cfg, say=console.print)  # started again whenever it exits, with backoff
+    worker = pipeline.worker
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_a: stop.set())
-    worker.start()
+    if not pipeline.start():
+        raise typer.Exit(2)
     started = time.monotonic()
     while not stop.wait(5.0):
-        if worker.proc is not None and worker.proc.poll() is not None:
-            console.print(f"the worker exited (code {worker.proc.returncode}); see {worker.workdir / 'worker.log'}; "
-                          "starting it again")
-            worker.start()
         progress = worker.of_kind("progress")
         if progress and not as_json:
             last = progress[-1]
@@ -61,11 +60,12 @@ def run(
                           f"{last['aborted_txns']}, failed {last['failed_txns']}; after aborts {dict(worker.after_abort_classes())}")
         if duration and time.monotonic() - started >= duration:
             break
-    closed_in_time = worker.stop(cfg.eos.close_bound_s)
+    pipeline.stop()
     closed = worker.of_kind("closed")
     summary = {"after_abort": dict(worker.after_abort_classes()), "aborts": len(worker.of_kind("abort")),
                "drills": worker.of_kind("drill"), "close_ms": closed[-1]["ms"] if closed else None,
-               "close_hung": not closed_in_time, "stuck_before_close": worker.stuck}
+               "close_hung": pipeline.close_hung > 0, "stuck_before_close": worker.stuck,
+               "worker_exits": pipeline.exits}
     if as_json:
         print_json(summary)
     else:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
 from invariants.eos import EosVerdict, eos_verdict
 from monitor import clients
@@ -53,39 +53,44 @@ def ensure_output_topic(cfg: Config, partitions: int) -> None:
                              "partitions to it, or name a new output topic)")
 
 
+def committed_by(consumer: Any, topic: str, partitions: Iterable[int], timeout_s: float) -> dict[int, int]:
+    """The committed offsets of ``consumer``'s group on ``topic`` (partitions without one left out).
+    A consumer that never subscribes does not join the group: asking disturbs nothing."""
+    got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    return {tp.partition: tp.offset for tp in got if tp.offset >= 0 and tp.error is None}
+
+
 def committed_offsets(cfg: Config, group: str, topic: str, partitions: int, timeout_s: float = 30.0) -> dict[int, int]:
-    """The group's committed offsets on ``topic`` (partitions without one are left out). A
-    consumer that never subscribes does not join the group: asking disturbs nothing."""
+    """The group's committed offsets on ``topic``, from a consumer of its own."""
     c = clients.consumer(cfg, "read_committed", group=group)
     try:
-        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=timeout_s)
+        return committed_by(c, topic, range(partitions), timeout_s)
     finally:
         c.close()
-    return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
 
 
-def _positions(consumer: Any, topic: str, partitions: int) -> dict[int, int]:
-    return {tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)])
+def positions(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Where ``consumer`` stands on those partitions (those without a position left out)."""
+    return {tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in partitions])
             if tp.offset >= 0}
 
 
 def read_past(consumer: Any, topic: str, ends: dict[int, int], timeout_s: float,
-              on_message: Callable[[Any], None]) -> None:
-    """Read ``topic`` from the beginning until the position on each partition is at or past ``ends``."""
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+              on_message: Callable[[Any], None], start: dict[int, int] | None = None) -> None:
+    """Read ``topic`` from ``start`` (default: the beginning) until the position on each partition
+    of ``ends`` is at or past its end; AuditReadError when that takes longer than ``timeout_s``."""
+    consumer.assign([TopicPartition(topic, p, (start or {}).get(p, 0)) for p in ends])
     todo = {p for p, end in ends.items() if end > 0}
     deadline = time.monotonic() + timeout_s
     while todo:
         if time.monotonic() > deadline:
-            raise AuditReadError(f"{topic}: read_committed did not pass the high watermarks of partitions "
+            raise AuditReadError(f"{topic}: read_committed did not pass offsets {ends} on partitions "
                                  f"{sorted(todo)} within {timeout_s:.0f} s (a transaction still open there?)")
         for msg in consumer.consume(10000, 0.5):
-            err = msg.error()
-            if err is None:
+            if msg.error() is None:  # (end-of-partition events and errors: the positions decide)
                 on_message(msg)
-            elif err.code() != KafkaError._PARTITION_EOF:
-                continue
-        todo = {p for p in todo if _positions(consumer, topic, len(ends)).get(p, 0) < ends[p]}
+        at = positions(consumer, topic, todo)
+        todo = {p for p in todo if at.get(p, 0) < ends[p]}
 
 
 def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout_s: float = 300.0,
@@ -132,7 +137,7 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
         stable = {p: clients.watermarks(c, source_topic, p)[1] for p in range(n_src)}
         read_past(c, source_topic, stable, timeout_s,
                   lambda msg: source.setdefault(msg.partition(), []).append(msg.offset()))
-        read_to = _positions(c, source_topic, n_src)
+        read_to = positions(c, source_topic, range(n_src))
     finally:
         c.close()
     verdict = eos_verdict(source, read_to, committed, output, judge_from)

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-from confluent_kafka import KafkaError, TopicPartition
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 
 from invariants.eos import AFTER_ABORT_CLASSES
 from monitor import clients
 from monitor.config import Config
-from monitor.eos.audit import committed_offsets
+from monitor.audit.reader import AuditReadError
+from monitor.eos.audit import committed_offsets, read_past
 from monitor.eos.worker import EosWorker, worker_for
 
 CLIENT = "java"
@@ -39,19 +39,17 @@ def last_records(cfg: Config, topic: str, tail: int = 2000, timeout_s: float = 3
     c = clients.consumer(cfg, "read_committed", group="vigil-eos-ends")
     try:
         meta = c.list_topics(topic, timeout=10).topics[topic]
-        ends = {p: clients.watermarks(c, topic, p) for p in meta.partitions}
-        c.assign([TopicPartition(topic, p, max(low, high - tail)) for p, (low, high) in ends.items() if high > low])
-        last = {p: 0 for p in ends}
-        todo = {p for p, (low, high) in ends.items() if high > low}
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            for msg in c.consume(1000, 0.5):
-                if msg.error() is None:
-                    last[msg.partition()] = msg.offset() + 1
-                elif msg.error().code() != KafkaError._PARTITION_EOF:
-                    continue
-            at = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in todo])}
-            todo = {p for p in todo if at.get(p, -1) < ends[p][1]}
+        marks = {p: clients.watermarks(c, topic, p) for p in meta.partitions}
+        last = {p: 0 for p in marks}
+
+        def note(msg: Any) -> None:
+            last[msg.partition()] = msg.offset() + 1
+
+        try:
+            read_past(c, topic, {p: high for p, (low, high) in marks.items() if high > low}, timeout_s, note,
+                      start={p: max(low, high - tail) for p, (low, high) in marks.items()})
+        except AuditReadError:
+            pass  # what was read by then
         return last
     finally:
         c.close()

@@ -15,10 +15,9 @@ import json
 import threading
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from monitor import clients
 from monitor.config import Config
+from monitor.eos.audit import committed_by
 
 
 class EosFeed:
@@ -69,8 +68,7 @@ class EosFeed:
             out = c.list_topics(self.topic, timeout=2).topics.get(self.topic)
             if src is None or out is None or src.error is not None or out.error is not None:
                 raise LookupError("topics not there")
-            got = c.committed([TopicPartition(self.cfg.canary.name, p) for p in src.partitions], timeout=3)
-            committed = {tp.partition: tp.offset for tp in got if tp.offset >= 0 and tp.error is None}
+            committed = committed_by(c, self.cfg.canary.name, src.partitions, timeout_s=3)
             marks = {q: clients.watermarks(self._ends, self.topic, q, within_s=2) for q in out.partitions}
             return committed, {q: high for q, (_low, high) in marks.items()}, [q for q, (low, _h) in marks.items() if low > 0]
         except Exception:  # noqa: BLE001 (a sample is optional: the next batch takes another)
