@@ -120,3 +120,20 @@ class ChunkRuns:
                     self.chunks[c] = got
             out.extend(got)
         return merge_runs(out)
+
+
+def offset_runs(offsets: Iterable[int]) -> list[list[int]]:
+    """Offsets (sorted here) as ``[first, count]`` runs of consecutive ones."""
+    out: list[list[int]] = []
+    for o in sorted(offsets):
+        if out and out[-1][0] + out[-1][1] == o:
+            out[-1][1] += 1
+        else:
+            out.append([o, 1])
+    return out
+
+
+def run_offsets(runs: Iterable[Iterable[int]]) -> list[int]:
+    """The offsets of :func:`offset_runs`' runs."""
+    return [first + i for first, count in runs for i in range(count)]
+

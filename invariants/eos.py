@@ -40,6 +40,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from invariants.doc_runs import offset_runs
+
 AFTER_ABORT_CLASSES = ("advance", "rewind", "rewind_further", "other")
 
 
@@ -82,17 +84,6 @@ def eos_verdict(source: Mapping[int, Iterable[int]], read_to: Mapping[int, int],
                     if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in copies)
     duplicates = sorted((p, o, n) for (p, o), n in copies.items() if n > 1)
     return EosVerdict(tuple(losses), tuple(duplicates), judged)
-
-
-def _ranges(offsets: Iterable[int]) -> list[list[int]]:
-    """Sorted offsets as ``[first, count]`` runs of consecutive ones (the saved form)."""
-    out: list[list[int]] = []
-    for o in sorted(offsets):
-        if out and out[-1][0] + out[-1][1] == o:
-            out[-1][1] += 1
-        else:
-            out.append([o, 1])
-    return out
 
 
 @dataclass(frozen=True)
@@ -209,10 +200,10 @@ class EosLive:
 
     def to_doc(self) -> dict:
         return {"horizon": self.horizon,
-                "unjudged": {str(p): _ranges(s) for p, s in self.unjudged.items() if s},
+                "unjudged": {str(p): offset_runs(s) for p, s in self.unjudged.items() if s},
                 "read_to": {str(p): v for p, v in self.read_to.items()},
                 # most positions have one copy, at consecutive offsets: runs; the others by offset
-                "copies": {str(p): {"once": _ranges(o for o, n in m.items() if n == 1),
+                "copies": {str(p): {"once": offset_runs(o for o, n in m.items() if n == 1),
                                     "more": [[o, n] for o, n in sorted(m.items()) if n != 1]}
                            for p, m in self.copies.items() if m},
                 "judged_to": {str(p): v for p, v in self.judged_to.items()},

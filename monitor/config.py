@@ -274,6 +274,26 @@ class EosConfig(_Model):
                                  "reported hung (KAFKA-17734) and the worker killed")
 
 
+class GroupsConfig(_Model):
+    members: int = Field(3, ge=1, le=32, description="members of the consumer-group canary (`vigil group run`), "
+                         "each its own process")
+    group: str = Field("vigil-group", min_length=1, description="its consumer group (keep the vigil- prefix: "
+                       "the secured local cluster's ACLs grant groups by it)")
+    protocol: Literal["classic", "consumer"] = Field(
+        "classic", description="group protocol: classic (session.timeout_ms and cooperative-sticky assignment "
+        "are the members') or consumer (KIP-848: session, heartbeat and assignment are the broker's)")
+    static: bool = Field(True, description="static membership (group.instance.id = <group>-<member>, KIP-345): "
+                         "a member restarted within its session timeout causes no rebalance (classic)")
+    session_timeout_ms: int = Field(10000, ge=1000, description="session.timeout.ms of the classic protocol "
+                                    "(the brokers bound it by group.min/max.session.timeout.ms)")
+    observation_topic: str = Field("vigil-group-obs", min_length=1, description="the topic (one partition) the "
+                                   "members append their observations to: assignments, records consumed, "
+                                   "commits and their results, progress")
+    commit_interval_ms: int = Field(500, ge=10, description="how often a member commits what it consumed")
+    stall_ms: int = Field(60000, ge=100, description="rebalance_stall: a partition with no owner alive on it "
+                          "for longer than this")
+
+
 class WatchConfig(_Model):
     checkpoint_dir: str = Field("", description="Spark checkpoint and checker state; empty = <state_dir>/checkpoint")
     spark_master: str = Field("local[2]", description="Spark master of the watch job; empty = the one "
@@ -336,6 +356,7 @@ class Config(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     eos: EosConfig = Field(default_factory=EosConfig)
+    groups: GroupsConfig = Field(default_factory=GroupsConfig)
 
     @model_validator(mode="after")
     def _unique_writer_names(self) -> "Config":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -19,6 +19,30 @@ from monitor.config import Config
 
 class AuditReadError(VigilError):
     pass
+
+
+def positions(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Where ``consumer`` stands on those partitions (those without a position left out)."""
+    return {tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in partitions])
+            if tp.offset >= 0}
+
+
+def read_past(consumer: Any, topic: str, ends: dict[int, int], timeout_s: float,
+              on_message: Callable[[Any], None], start: dict[int, int] | None = None) -> None:
+    """Read ``topic`` from ``start`` (default: the beginning) until the position on each partition
+    of ``ends`` is at or past its end; AuditReadError when that takes longer than ``timeout_s``."""
+    consumer.assign([TopicPartition(topic, p, (start or {}).get(p, 0)) for p in ends])
+    todo = {p for p, end in ends.items() if end > 0}
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        if time.monotonic() > deadline:
+            raise AuditReadError(f"{topic}: read_committed did not pass offsets {ends} on partitions "
+                                 f"{sorted(todo)} within {timeout_s:.0f} s (a transaction still open there?)")
+        for msg in consumer.consume(10000, 0.5):
+            if msg.error() is None:  # (end-of-partition events and errors: the positions decide)
+                on_message(msg)
+        at = positions(consumer, topic, todo)
+        todo = {p for p in todo if at.get(p, 0) < ends[p]}
 
 
 def read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,

@@ -12,8 +12,8 @@ from rich.text import Text
 
 from invariants.errors import VigilError
 from monitor.cli import (
-    audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, eos_cmd, produce_cmd, retire_cmd, run_cmd,
-    soak_cmd, spark_cmd, state_cmd, status_cmd, watch_cmd,
+    audit_cmd, bench_cmd, chaos_cmd, cluster_cmd, config_cmd, drill_cmd, eos_cmd, group_cmd, produce_cmd, retire_cmd,
+    run_cmd, soak_cmd, spark_cmd, state_cmd, status_cmd, watch_cmd,
 )
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(spark_cmd.app, name="spark")
 app.add_typer(state_cmd.app, name="state")
 app.add_typer(eos_cmd.app, name="eos")
+app.add_typer(group_cmd.app, name="group")
 app.command("produce")(produce_cmd.produce)
 app.command("drill")(drill_cmd.drill)
 app.command("run")(run_cmd.run)

@@ -24,9 +24,9 @@ from prometheus_client.core import CounterMetricFamily
 
 from invariants.eos import AFTER_ABORT_CLASSES
 from monitor import clients
+from monitor.audit.reader import AuditReadError, read_past
 from monitor.config import Config
-from monitor.audit.reader import AuditReadError
-from monitor.eos.audit import committed_offsets, read_past
+from monitor.eos.audit import committed_offsets
 from monitor.eos.worker import EosWorker, worker_for
 
 CLIENT = "java"

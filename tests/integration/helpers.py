@@ -6,12 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from monitor.audit.book import LedgerBook
 from monitor.clients import watermarks
@@ -103,3 +107,30 @@ def read_ledger(bootstrap: str, topic: str) -> LedgerBook:
     for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
         book.apply_raw(rec.value)
     return book
+
+
+def write_source_with_aborts(bootstrap: str, topic: str, stop: threading.Event, written: Counter,
+                             partitions: int = 3) -> None:
+    """Transactions over every partition (one in four aborted, so the source has aborted records
+    and control records for read_committed to skip) and plain idempotent records in between."""
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"eos-src-{uuid.uuid4().hex[:8]}",
+                    "linger.ms": 5})
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    txn.init_transactions(30)
+    n = 0
+    while not stop.is_set():
+        n += 1
+        txn.begin_transaction()
+        for i in range(6):
+            txn.produce(topic, b"t%d-%d" % (n, i), partition=i % partitions)
+        if n % 4 == 0:
+            txn.abort_transaction(30)
+            written["aborted"] += 6
+        else:
+            txn.commit_transaction(30)
+            written["committed"] += 6
+        plain.produce(topic, b"p%d" % n, partition=n % partitions)
+        written["plain"] += 1
+        plain.poll(0)
+        time.sleep(0.02)
+    plain.flush(30)

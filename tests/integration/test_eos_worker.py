@@ -11,41 +11,14 @@ import uuid
 from collections import Counter
 
 import yaml
-from confluent_kafka import Producer
 
 from invariants.eos import AFTER_ABORT_CLASSES
 from monitor import clients
 from monitor.eos.audit import audit, committed_offsets
 from monitor.eos.worker import EosWorker
-from tests.integration.helpers import read_all, vigil
+from tests.integration.helpers import read_all, vigil, write_source_with_aborts
 
 PARTITIONS = 3
-
-
-def _write_source(bootstrap: str, topic: str, stop: threading.Event, written: Counter) -> None:
-    """Transactions over every partition (one in four aborted, so the source has aborted records
-    and control records for read_committed to skip) and plain idempotent records in between."""
-    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"eos-src-{uuid.uuid4().hex[:8]}",
-                    "linger.ms": 5})
-    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    txn.init_transactions(30)
-    n = 0
-    while not stop.is_set():
-        n += 1
-        txn.begin_transaction()
-        for i in range(6):
-            txn.produce(topic, b"t%d-%d" % (n, i), partition=i % PARTITIONS)
-        if n % 4 == 0:
-            txn.abort_transaction(30)
-            written["aborted"] += 6
-        else:
-            txn.commit_transaction(30)
-            written["committed"] += 6
-        plain.produce(topic, b"p%d" % n, partition=n % PARTITIONS)
-        written["plain"] += 1
-        plain.poll(0)
-        time.sleep(0.02)
-    plain.flush(30)
 
 
 def _caught_up(env, group: str, topic: str, within_s: float) -> dict[int, int]:
@@ -73,7 +46,7 @@ def test_eos_worker_killed_and_aborting_loses_nothing_and_each_drill_is_found_ex
         clients.ensure_topic(admin, name, PARTITIONS, 3, {"min.insync.replicas": "2"})
     worker = EosWorker(cfg, source, output, group, f"vigil-eos-{suffix}", tmp_path / "eos", abort_every=4)
     stop, written = threading.Event(), Counter()
-    writer = threading.Thread(target=_write_source, args=(env["bootstrap"], source, stop, written), daemon=True)
+    writer = threading.Thread(target=write_source_with_aborts, args=(env["bootstrap"], source, stop, written), daemon=True)
     writer.start()
     try:
         worker.start()

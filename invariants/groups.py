@@ -1,0 +1,258 @@
+"""Consumer groups: ``group_skip``, ``group_rewind``, ``rebalance_stall``, and redeliveries.
+
+The group canary (``monitor/group/member.py``) runs N members of one consumer group, each its own
+process, subscribed to the canary topic with ``read_committed`` and explicit commits. Every member
+appends what it does to one *observation log* (a topic of one partition, so its offsets order
+every member's observations): ``started``; ``assigned`` (written and flushed in the rebalance
+callback, before the assignment takes effect and so before the committed offsets are fetched);
+``consumed`` (per partition, the offsets a poll returned); ``intent`` (the offsets about to be
+committed, flushed after the ``consumed`` observations they cover and before the commit is sent);
+``ack`` (the commit's result: ``ok``, an error the broker answered — nothing committed — or an
+unknown outcome); ``revoked`` / ``lost``; ``progress`` every second (the partitions it owns);
+``stopped``. Ordering is by the log: an ``ack`` written before an ``assigned`` was acknowledged
+before that assignment's fetch; an ``intent`` written after a ``consumed`` was sent after that
+fetch's records arrived. Nothing else is assumed about clocks.
+
+**``group_skip``** (a loss to the application). A record a reference ``read_committed`` reader of
+the canary read on partition p, below the value of an acknowledged commit X on p, that no member
+had consumed when X's ``ack`` was written. Each record is judged by the first acknowledged commit
+(in log order) that passes it, so the verdict does not depend on how far the reference reader
+was when the commit was seen. Not judged below the canary's log start (retention took it, and
+``auto.offset.reset`` then moves a group on by design).
+
+**``group_rewind``** (a delivery below what the group acknowledged). When a member starts
+consuming a partition it was assigned, the committed offset it fetched is one of: the commits
+acknowledged before its ``assigned`` that no other acknowledged commit before it superseded (a
+commit whose ``intent`` follows another's ``ack`` was sent after it), and the commits whose
+outcome was not yet known then and whose ``intent`` precedes its first ``consumed``. A record it
+consumes below the lowest of those is ``group_rewind``; so is, within one assignment, a record
+consumed below a commit the member itself had acknowledged in it, and an acknowledged commit
+that goes backwards within one assignment (counted once). A revoked member committing late, after
+the new owner fetched, lowers nothing here: that commit's ``ack`` follows the new ``assigned``
+(at-least-once behaviour). Per record.
+
+**Redeliveries** (``vigil_group_redeliveries_total``, at-least-once behaviour, not a violation):
+a record consumed at or below the highest offset the group had consumed on its partition, and
+not a ``group_rewind``.
+
+**``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
+``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
+member owning it (``assigned``, ``consumed``, ``progress``) — a paused member, a dead one the
+group has not noticed yet, a rebalance that takes long. Counted once per gap, when the gap
+closes. A member stopped on purpose (``stopped``) starts no clock for the partitions it owned.
+
+**Rebalances** are counted from each member's ``progress`` (librdkafka's own count and its last
+reason): a static member restarted within its session timeout must cause none in the others
+under the classic protocol (KIP-345).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from invariants.doc_runs import run_offsets
+
+# ack results: "ok"; "refused" (the broker answered with an error: nothing was committed);
+# "unknown" (a timeout or a lost connection: it may have been committed)
+ACK_RESULTS = ("ok", "refused", "unknown")
+
+
+@dataclass(frozen=True)
+class GroupFinding:
+    invariant: str  # "group_skip" | "group_rewind" | "rebalance_stall"
+    partition: int
+    offset: int  # the record's (a stall: -1)
+    member: str = ""
+    at: int = -1  # the observation's offset in the observation log
+
+
+@dataclass
+class _Commit:
+    member: str
+    values: dict[int, int]  # partition -> offset committed
+    intent_at: int
+    ack_at: int | None = None
+    result: str = ""  # "" while unknown
+
+
+@dataclass
+class _Span:
+    """One member's ownership of one partition, from its ``assigned``."""
+    assigned_at: int
+    floor: int | None = None  # lowest committed offset it may have fetched (None: not known / none)
+    started: bool = False  # consumed something
+    own_ack: int = -1  # highest commit it acknowledged in this span
+
+
+@dataclass
+class GroupJudge:
+    """Fed the observation log in order (``observe``) and, in any interleaving, the reference
+    reader's reads (``read_reference``); ``judge`` returns what became decidable."""
+
+    stall_ms: int = 60_000
+    spans: dict[tuple[str, int], _Span] = field(default_factory=dict)
+    commits: list[_Commit] = field(default_factory=list)  # recent ones, in intent order
+    pending_ack: dict[str, _Commit] = field(default_factory=dict)  # member -> its commit in flight
+    first_consumed: dict[int, dict[int, int]] = field(default_factory=dict)  # p -> offset -> obs index, unjudged
+    max_consumed: dict[int, int] = field(default_factory=dict)
+    to_judge: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # p -> (value, ack index), log order
+    judged_to: dict[int, int] = field(default_factory=dict)
+    reference: dict[int, set[int]] = field(default_factory=dict)  # p -> offsets read, not judged yet
+    read_to: dict[int, int] = field(default_factory=dict)
+    alive_at: dict[int, int] = field(default_factory=dict)  # p -> ms of the last observation of an owner
+    rebalance_seen: dict[str, int] = field(default_factory=dict)  # member -> librdkafka's rebalance count
+    rebalances: Counter = field(default_factory=Counter)  # (member, reason) -> rebalances
+    redeliveries: int = 0
+    findings: list[GroupFinding] = field(default_factory=list)  # the observation-side ones, not returned yet
+
+    # -- the observation log ------------------------------------------------------------------
+    def observe(self, at: int, obs: Mapping) -> None:
+        kind, member, ts = obs.get("k"), str(obs.get("m", "")), int(obs.get("t", 0))
+        if kind == "started":
+            self._end_spans(member)
+            self.pending_ack.pop(member, None)
+        elif kind == "assigned":
+            for p in obs.get("p", []):
+                self.spans[(member, int(p))] = _Span(at)
+                self._alive(int(p), ts, member, at)
+        elif kind in ("revoked", "lost"):
+            for p in obs.get("p", []):
+                self.spans.pop((member, int(p)), None)
+        elif kind == "stopped":
+            for (m, p) in [k for k in self.spans if k[0] == member]:
+                self.alive_at.pop(p, None)
+            self._end_spans(member)
+        elif kind == "consumed":
+            for p_str, runs in obs.get("r", {}).items():
+                self._consumed(member, int(p_str), run_offsets(runs), at)
+                self._alive(int(p_str), ts, member, at)
+        elif kind == "intent":
+            commit = _Commit(member, {int(p): int(o) for p, o in obs.get("o", {}).items()}, at)
+            self.commits.append(commit)
+            self.pending_ack[member] = commit
+        elif kind == "ack":
+            self._ack(member, str(obs.get("r", "unknown")), at)
+        elif kind == "progress":
+            for p in obs.get("p", []):
+                if (member, int(p)) in self.spans:
+                    self._alive(int(p), ts, member, at)
+            count, reason = int(obs.get("rc", 0)), str(obs.get("rr", ""))
+            if count > self.rebalance_seen.get(member, count):
+                self.rebalances[(member, reason)] += count - self.rebalance_seen[member]
+            self.rebalance_seen[member] = count
+
+    def _end_spans(self, member: str) -> None:
+        for key in [k for k in self.spans if k[0] == member]:
+            del self.spans[key]
+        self.rebalance_seen.pop(member, None)
+
+    def _alive(self, p: int, ts: int, member: str, at: int) -> None:
+        last = self.alive_at.get(p)
+        if last is not None and ts - last > self.stall_ms:
+            self.findings.append(GroupFinding("rebalance_stall", p, -1, member, at))
+        self.alive_at[p] = max(ts, last or ts)
+
+    def _fetch_floor(self, p: int, span: _Span, first_consumed_at: int) -> int | None:
+        """The lowest committed offset on p the span's fetch may have returned (None: none known)."""
+        acked = [c for c in self.commits if p in c.values and c.result == "ok" and c.ack_at is not None
+                 and c.ack_at < span.assigned_at]
+        latest = [c for c in acked if not any(d.intent_at > c.ack_at for d in acked)]  # type: ignore[operator]
+        maybe = [c for c in self.commits if p in c.values and c.result != "refused"
+                 and not (c.result == "ok" and c.ack_at is not None and c.ack_at < span.assigned_at)
+                 and c.intent_at < first_consumed_at]
+        if not latest:
+            return None  # it may have found no committed offset at all
+        return min(c.values[p] for c in latest + maybe)
+
+    def _consumed(self, member: str, p: int, offsets: list[int], at: int) -> None:
+        span = self.spans.get((member, p))
+        if span is not None and not span.started:
+            span.started = True
+            span.floor = self._fetch_floor(p, span, at)
+        floor = -1
+        if span is not None:
+            floor = max(span.floor if span.floor is not None else -1, span.own_ack)
+        seen = self.first_consumed.setdefault(p, {})
+        top = self.max_consumed.get(p, -1)
+        below = self.judged_to.get(p, 0)
+        for o in offsets:
+            if o < floor:
+                self.findings.append(GroupFinding("group_rewind", p, o, member, at))
+            elif o <= top:
+                self.redeliveries += 1
+            if o >= below and o not in seen:
+                seen[o] = at
+            top = max(top, o)
+        self.max_consumed[p] = top
+
+    def _ack(self, member: str, result: str, at: int) -> None:
+        commit = self.pending_ack.pop(member, None)
+        if commit is None:
+            return
+        commit.ack_at, commit.result = at, result
+        if result != "ok":
+            return
+        for p, value in sorted(commit.values.items()):
+            span = self.spans.get((member, p))
+            if span is not None and commit.intent_at > span.assigned_at:  # sent in this assignment
+                if value < span.own_ack:
+                    self.findings.append(GroupFinding("group_rewind", p, value, member, at))
+                span.own_ack = max(span.own_ack, value)
+            self.to_judge.setdefault(p, []).append((value, at))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drop the commits no fetch can return any more: refused ones, and acknowledged ones that,
+        on each partition they name, an acknowledged commit sent after their ack superseded
+        before every assignment still waiting for its first records began."""
+        waiting = min((s.assigned_at for s in self.spans.values() if not s.started), default=None)
+
+        def superseded(c: _Commit) -> bool:
+            if c.result == "refused":
+                return True
+            if c.ack_at is None:
+                return False
+            return all(any(d.result == "ok" and d.ack_at is not None and p in d.values and d.intent_at > c.ack_at
+                           and (waiting is None or d.ack_at < waiting) for d in self.commits) for p in c.values)
+
+        self.commits = [c for c in self.commits if not superseded(c)]
+
+    # -- the reference reader -----------------------------------------------------------------
+    def read_reference(self, p: int, offsets: Iterable[int], reader_at: int | None = None) -> None:
+        """What a ``read_committed`` reader of the canary read on partition p, in order; everything
+        below its last offset + 1 (or ``reader_at``, its position past control records) is read."""
+        below = self.judged_to.get(p, 0)
+        fresh = [o for o in offsets if o >= below]
+        if fresh:
+            self.reference.setdefault(p, set()).update(fresh)
+            self.read_to[p] = max(self.read_to.get(p, 0), max(fresh) + 1)
+        if reader_at is not None:
+            self.read_to[p] = max(self.read_to.get(p, 0), reader_at)
+
+    def judge(self, log_start: Mapping[int, int] | None = None) -> list[GroupFinding]:
+        """The observation-side findings since the last call, and the skips now decidable: each
+        acknowledged commit in log order, as far as the reference reader has read below it."""
+        found, self.findings = self.findings, []
+        starts = log_start or {}
+        for p, queue in sorted(self.to_judge.items()):
+            while queue:
+                value, ack_at = queue[0]
+                below = self.judged_to.get(p, 0)
+                limit = min(value, self.read_to.get(p, 0))
+                if limit > below:
+                    seen = self.first_consumed.get(p, {})
+                    pending = self.reference.get(p, set())
+                    for o in sorted(x for x in pending if x < limit):
+                        pending.discard(o)
+                        first = seen.get(o)
+                        if o >= starts.get(p, 0) and (first is None or first > ack_at):
+                            found.append(GroupFinding("group_skip", p, o, "", ack_at))
+                    for o in [o for o in seen if o < limit]:
+                        del seen[o]
+                    self.judged_to[p] = limit
+                if self.judged_to.get(p, 0) < value:
+                    break  # the reference reader is not that far yet: later commits on p wait behind this one
+                queue.pop(0)
+        return found

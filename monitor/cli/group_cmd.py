@@ -1,0 +1,106 @@
+"""`vigil group`: the consumer-group canary (member processes in one group) and its audit."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from monitor import clients
+from monitor.cli.common import ConfigOption, console, load_config, print_json
+from monitor.group.audit import audit, ensure_observation_topic
+from monitor.group.runner import canary_for
+
+app = typer.Typer(help="The consumer-group canary: `groups.members` member processes subscribed to the canary topic "
+                  "in one group (read_committed, explicit commits), each appending what it does to an observation "
+                  "topic; and its audit (group_skip, group_rewind, rebalance_stall, redeliveries).",
+                  no_args_is_help=True)
+
+DRILLS = ("group_skip", "group_rewind")
+
+
+@app.command("run")
+def run(
+    duration: float = typer.Option(0.0, help="Stop after this many seconds (0 = until Ctrl-C / SIGTERM)."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Run the members until stopped (a member that exits is started again), with progress every 5 s.
+
+    Members are `python -m monitor.group.member` processes named m0, m1, ...; with
+    `groups.static` each has `group.instance.id = <group>-<member>`. Judge the result with
+    `vigil group audit`.
+    """
+    cfg = load_config(config)
+    admin = clients.admin(cfg)
+    clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
+                         cfg.canary.topic_configs())
+    ensure_observation_topic(cfg)
+    canary = canary_for(cfg)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_a: stop.set())
+    canary.start()
+    started = time.monotonic()
+    console.print(f"started {len(canary.alive())} members of {canary.group} ({canary.protocol} protocol, "
+                  f"{'static' if canary.static else 'dynamic'} membership); observations on {canary.obs_topic}")
+    while not stop.wait(5.0):
+        dead = [n for n in canary.names if n not in canary.alive()]
+        for name in dead:
+            console.print(f"member {name} exited ({canary.procs[name].returncode}): started again")
+            canary.start(name)
+        if duration and time.monotonic() - started >= duration:
+            break
+    canary.stop()
+    console.print("stopped")
+
+
+@app.command("drill")
+def drill(
+    kind: str = typer.Argument(..., help=f"One of: {', '.join(DRILLS)}."),
+    member: str = typer.Option("m0", help="Which member applies it."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Ask a member of the running `vigil group run` (same state directory) for a deliberate fault.
+
+    group_skip: it drops the last 3 records of its next poll of a partition (never reported
+    consumed; its next commit passes them). group_rewind: after its next acknowledged commit it
+    seeks a partition 3 records back below it (those are delivered again below the group's
+    acknowledged committed offset).
+    """
+    if kind not in DRILLS:
+        raise typer.BadParameter(f"{kind!r}: one of {', '.join(DRILLS)}", param_hint="KIND")
+    cfg = load_config(config)
+    canary = canary_for(cfg)
+    canary.workdir.mkdir(parents=True, exist_ok=True)
+    canary.drill(kind, member)
+    console.print(f"asked member {member} for {kind}; it applies it on its next poll or commit")
+
+
+@app.command("audit")
+def audit_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Judge the group from the observation topic and the canary topic: exit 1 on any group_skip
+    or group_rewind (rebalance_stall is liveness: reported, not a failure)."""
+    cfg = load_config(config)
+    result = audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms)
+    out = {"group_skip": result.counts["group_skip"], "group_rewind": result.counts["group_rewind"],
+           "rebalance_stall": result.counts["rebalance_stall"], "redeliveries": result.redeliveries,
+           "observations": result.observations, "malformed_observations": result.malformed,
+           "reference_records": result.reference_records,
+           "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(result.rebalances.items())},
+           "drills": result.drills[:100],
+           "findings": [[f.invariant, f.partition, f.offset, f.member] for f in result.findings[:100]]}
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"group_skip {out['group_skip']}, group_rewind {out['group_rewind']}, rebalance_stall "
+                      f"{out['rebalance_stall']}; {out['redeliveries']} redeliveries over {result.observations} "
+                      f"observations and {result.reference_records} records")
+    if out["group_skip"] or out["group_rewind"]:
+        raise typer.Exit(1)

@@ -1,0 +1,1 @@
+"""The consumer-group canary: member processes, their observation log, its audit."""

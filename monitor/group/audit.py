@@ -1,0 +1,92 @@
+"""The group canary's audit: :class:`invariants.groups.GroupJudge` fed the whole observation log,
+then the canary topic as ``read_committed`` reads it now.
+
+The observation log is read first, to its high watermark (its writers are idempotent, not
+transactional); the canary after it, past its last stable offsets as they are then: every commit
+the log names passed only records below those.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from invariants.groups import GroupFinding, GroupJudge
+from monitor import clients
+from monitor.audit.reader import AuditReadError, positions, read_past
+from monitor.config import Config
+from monitor.group import observations
+
+
+@dataclass
+class GroupAudit:
+    findings: list[GroupFinding]
+    counts: Counter  # invariant -> count
+    observations: int
+    malformed: int
+    drills: list[dict[str, Any]]  # the drills the members applied, as they reported them
+    redeliveries: int
+    rebalances: Counter  # (member, reason) -> count
+    reference_records: int
+    started: Counter = field(default_factory=Counter)  # member -> processes started
+
+
+def ensure_observation_topic(cfg: Config, name: str | None = None) -> None:
+    """One partition: its offsets order every member's observations."""
+    admin = clients.admin(cfg)
+    configs = {"min.insync.replicas": str(cfg.canary.min_insync_replicas), "unclean.leader.election.enable": "false"}
+    clients.ensure_topic(admin, name or cfg.groups.observation_topic, 1, cfg.canary.replication_factor, configs)
+
+
+def read_observations(cfg: Config, topic: str, timeout_s: float = 300.0) -> tuple[list[tuple[int, dict]], int]:
+    """Every observation in log order, as (offset, observation), and how many were malformed."""
+    out: list[tuple[int, dict]] = []
+    malformed = 0
+
+    def on(msg: Any) -> None:
+        nonlocal malformed
+        obs = observations.decode(msg.value())
+        if obs is None:
+            malformed += 1
+        else:
+            out.append((msg.offset(), obs))
+
+    c = clients.consumer(cfg, "read_uncommitted", group="vigil-audit", profile="bulk")
+    try:
+        _low, high = clients.watermarks(c, topic, 0)
+        read_past(c, topic, {0: high}, timeout_s, on)
+    finally:
+        c.close()
+    return out, malformed
+
+
+def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0) -> GroupAudit:
+    admin = clients.admin(cfg)
+    info = clients.describe_topic(admin, topic)
+    if info is None or clients.describe_topic(admin, obs_topic) is None:
+        raise AuditReadError(f"group audit: topic {topic!r} or {obs_topic!r} does not exist or could not be described")
+    judge = GroupJudge(stall_ms=stall_ms)
+    seen, malformed = read_observations(cfg, obs_topic, timeout_s)
+    for at, obs in seen:
+        judge.observe(at, obs)
+    reference = 0
+    c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
+    try:
+        stable = {p: clients.watermarks(c, topic, p)[1] for p in range(info.partitions)}
+
+        def on(msg: Any) -> None:
+            nonlocal reference
+            reference += 1
+            judge.read_reference(msg.partition(), [msg.offset()])
+
+        read_past(c, topic, stable, timeout_s, on)
+        for p, at in positions(c, topic, range(info.partitions)).items():
+            judge.read_reference(p, [], reader_at=at)
+    finally:
+        c.close()
+    starts = dict(enumerate(clients.log_starts(admin, info)))
+    findings = judge.judge(starts)
+    return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), malformed,
+                      [obs for _at, obs in seen if obs["k"] == "drill"], judge.redeliveries, judge.rebalances,
+                      reference, Counter(obs["m"] for _at, obs in seen if obs["k"] == "started"))

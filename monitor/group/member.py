@@ -1,0 +1,254 @@
+"""One member of the consumer-group canary, run as its own process (``python -m monitor.group.member``).
+
+It subscribes to the canary topic in its group with ``read_committed`` and explicit commits, and
+appends what it does to the observation log (one partition; the format is
+:mod:`monitor.group.observations`, the rules that read it :mod:`invariants.groups`):
+
+- ``assigned`` is flushed inside the rebalance callback, so before the assignment takes effect
+  and its committed offsets are fetched; ``revoked`` after the member committed what it consumed
+  (classic protocol: inside the callback, while its generation is still valid); ``lost`` when the
+  group took partitions away without asking (no commit);
+- ``consumed`` per poll; before each commit the ``consumed`` observations are flushed, then the
+  ``intent``, then the commit is sent (synchronously) and its ``ack`` appended;
+- ``progress`` every second: owned partitions, librdkafka's rebalance count and last reason;
+- ``fatal`` when the consumer hit a fatal error (a static member started again while the group
+  still holds its previous instance, under the consumer protocol: UNRELEASED_INSTANCE_ID); it
+  then exits with status 3 for its runner to start it again.
+
+It stops when its stdin ends (the runner gone, even by kill -9) or on SIGTERM, closing the
+consumer (a static member then does not leave the group: its session times out unless it comes
+back). Drills, asked through control files (``<control>.group_skip`` / ``.group_rewind``):
+group_skip drops the last records of its next poll on one partition (not reported consumed; the
+commit passes them); group_rewind seeks one partition three records below its last acknowledged
+commit. Each applied drill is reported as a ``drill`` observation naming the offsets involved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from invariants.doc_runs import offset_runs
+from monitor.group import observations as obs_format
+
+# Errors with which the broker answered a commit: nothing was committed.
+REFUSED_COMMIT = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                  KafkaError.FENCED_INSTANCE_ID, KafkaError.STALE_MEMBER_EPOCH if hasattr(KafkaError, "STALE_MEMBER_EPOCH")
+                  else KafkaError.ILLEGAL_GENERATION, KafkaError._ASSIGNMENT_LOST, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                  KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                  KafkaError.INVALID_COMMIT_OFFSET_SIZE, KafkaError.OFFSET_METADATA_TOO_LARGE,
+                  KafkaError._NO_OFFSET}
+EXIT_FATAL = 3  # the consumer hit a fatal error: start it again
+SKIP_RECORDS = 3  # what a group_skip drill drops / a group_rewind drill goes back
+
+
+class Member:
+    def __init__(self, base: dict[str, Any], args: argparse.Namespace) -> None:
+        self.args = args
+        self.name = args.member
+        self.topic = args.topic
+        self.obs_topic = args.obs_topic
+        self.control = args.control
+        self.stop = threading.Event()
+        self.obs = Producer({**base, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+                             "client.id": f"vigil-group-{self.name}-obs"})
+        conf = {**base, "group.id": args.group, "client.id": f"vigil-group-{self.name}",
+                "isolation.level": "read_committed", "enable.auto.commit": False,
+                "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+                "statistics.interval.ms": 1000, "stats_cb": self._stats}
+        if args.protocol == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf.update({"session.timeout.ms": args.session_timeout_ms,
+                         "heartbeat.interval.ms": max(100, args.session_timeout_ms // 10),
+                         "partition.assignment.strategy": "cooperative-sticky"})
+        if args.static:
+            conf["group.instance.id"] = f"{args.group}-{self.name}"
+        self.consumer = Consumer(conf)
+        self.positions: dict[int, int] = {}  # consumed up to (next offset), per owned partition
+        self.committed: dict[int, int] = {}  # what its last acknowledged commit named
+        self.rebalances = (0, "")
+        self.rewinding: dict[int, tuple[int, list[int]]] = {}  # p -> (acked value, offsets consumed below it)
+        self.fatal = ""  # the fatal error that ended it
+
+    # -- observations -------------------------------------------------------------------------
+    def note(self, kind: str, **fields: Any) -> None:
+        self.obs.produce(self.obs_topic, obs_format.encode(self.name, kind, **fields),
+                         key=self.name.encode(), partition=0)
+        self.obs.poll(0)
+
+    def flush(self) -> None:
+        while self.obs.flush(5.0) and not self.stop.is_set():
+            pass  # the observation log unreachable: nothing goes on before they are durable
+
+    def _stats(self, text: str) -> None:
+        try:
+            cgrp = json.loads(text).get("cgrp") or {}
+            self.rebalances = (int(cgrp.get("rebalance_cnt", 0)), str(cgrp.get("rebalance_reason", "")))
+        except ValueError:
+            pass
+
+    # -- the group ----------------------------------------------------------------------------
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.note("assigned", p=sorted(tp.partition for tp in partitions))
+        self.flush()  # durable before the assignment takes effect (and its committed offsets are fetched)
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = sorted(tp.partition for tp in partitions)
+        self.commit(only=gone)
+        for p in gone:
+            self.positions.pop(p, None)
+            self.rewinding.pop(p, None)
+        self.note("revoked", p=gone)
+        self.flush()
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = sorted(tp.partition for tp in partitions)
+        for p in gone:
+            self.positions.pop(p, None)
+            self.rewinding.pop(p, None)
+        self.note("lost", p=gone)
+        self.flush()
+
+    def commit(self, only: list[int] | None = None) -> None:
+        offsets = {p: o for p, o in self.positions.items()
+                   if (only is None or p in only) and o > self.committed.get(p, -1)}
+        if not offsets:
+            return
+        self.flush()  # what the commit covers was observed first
+        self.note("intent", o={str(p): o for p, o in offsets.items()})
+        self.flush()
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+                                 asynchronous=False)
+            result, error = "ok", ""
+        except KafkaException as e:
+            err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            result = "refused" if err is not None and err.code() in REFUSED_COMMIT else "unknown"
+            error = err.name() if err is not None else str(e)
+        self.note("ack", r=result, e=error)
+        if result == "ok":
+            for p, o in offsets.items():
+                self.committed[p] = o
+            if only is None:  # not while partitions are being taken away
+                self._drill_rewind(offsets)
+
+    # -- drills -------------------------------------------------------------------------------
+    def _asked(self, kind: str) -> bool:
+        if not self.control:
+            return False
+        path = Path(f"{self.control}.{kind}")
+        if path.exists():
+            path.unlink(missing_ok=True)
+            return True
+        return False
+
+    def _drill_rewind(self, acked: dict[int, int]) -> None:
+        for p, value in sorted(acked.items()):
+            if value >= SKIP_RECORDS and p not in self.rewinding and self._asked("group_rewind"):
+                self.rewinding[p] = (value, [])
+                self.consumer.seek(TopicPartition(self.topic, p, value - SKIP_RECORDS))
+                self.positions[p] = value - SKIP_RECORDS
+                return
+
+    def _consumed(self, p: int, offsets: list[int]) -> list[int]:
+        """The offsets to report consumed (a group_skip drill drops the last ones)."""
+        if len(offsets) > SKIP_RECORDS and self._asked("group_skip"):
+            dropped, offsets = offsets[-SKIP_RECORDS:], offsets[:-SKIP_RECORDS]
+            self.note("drill", d="group_skip", p=p, offsets=dropped)
+        if p in self.rewinding:
+            value, below = self.rewinding[p]
+            below.extend(o for o in offsets if o < value)
+            if any(o >= value - 1 for o in offsets):
+                self.note("drill", d="group_rewind", p=p, offsets=below)
+                del self.rewinding[p]
+        return offsets
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> int:
+        self.note("started", protocol=self.args.protocol, static=self.args.static, pid=os.getpid())
+        self.flush()
+        self.consumer.subscribe([self.topic], on_assign=self.on_assign, on_revoke=self.on_revoke,
+                                on_lost=self.on_lost)
+        last_commit = last_progress = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                msgs = self.consumer.consume(500, 0.2)
+                got: dict[int, list[int]] = {}
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
+                        got.setdefault(m.partition(), []).append(m.offset())
+                    elif err.fatal():  # e.g. UNRELEASED_INSTANCE_ID (KIP-848): this consumer is done
+                        self.note("fatal", e=err.name())
+                        self.flush()
+                        self.fatal = err.name()
+                        self.stop.set()
+                runs = {}
+                for p, offsets in got.items():
+                    self.positions[p] = offsets[-1] + 1
+                    reported = self._consumed(p, offsets)
+                    if reported:
+                        runs[str(p)] = offset_runs(reported)
+                if runs:
+                    self.note("consumed", r=runs)
+                now = time.monotonic()
+                if now - last_commit >= self.args.commit_interval_ms / 1000:
+                    self.commit()
+                    last_commit = now
+                if now - last_progress >= 1.0:
+                    owned = sorted(tp.partition for tp in self.consumer.assignment())
+                    self.note("progress", p=owned, rc=self.rebalances[0], rr=self.rebalances[1])
+                    last_progress = now
+        finally:
+            if not self.fatal:
+                self.commit()
+            self.note("stopped", reason=self.fatal or self.args.stop_reason)
+            self.flush()
+            self.consumer.close()
+            self.obs.flush(10.0)
+        return EXIT_FATAL if self.fatal else 0
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    try:
+        while os.read(0, 4096):  # the raw descriptor: a buffered reader's lock would block shutdown
+            pass
+    except OSError:
+        pass
+    stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--conf", required=True, help="JSON file of the librdkafka base settings")
+    ap.add_argument("--member", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--obs-topic", required=True)
+    ap.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
+    ap.add_argument("--static", action="store_true")
+    ap.add_argument("--session-timeout-ms", type=int, default=10000)
+    ap.add_argument("--commit-interval-ms", type=int, default=500)
+    ap.add_argument("--control", default="")
+    ap.add_argument("--stop-reason", default="stopped")
+    args = ap.parse_args(argv)
+    base = json.loads(Path(args.conf).read_text())
+    member = Member(base, args)
+    signal.signal(signal.SIGTERM, lambda *_a: member.stop.set())
+    signal.signal(signal.SIGINT, lambda *_a: member.stop.set())
+    threading.Thread(target=_watch_stdin, args=(member.stop,), daemon=True).start()
+    return member.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

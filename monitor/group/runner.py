@@ -1,0 +1,109 @@
+"""Run the group canary's members as child processes: started, stopped, killed, paused, restarted.
+
+Each member is ``python -m monitor.group.member`` with the cluster's librdkafka settings in a file
+of its own (it may hold the SASL password: the owner's only). Its stdin is a pipe held by this
+process, so a member outlives no kill -9 of its runner. Stopping one asks it to close (SIGTERM)
+and kills it after ``close_bound_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor import client_config
+from monitor.config import Config
+
+
+@dataclass
+class GroupCanary:
+    cfg: Config
+    topic: str
+    workdir: Path
+    group: str = ""
+    obs_topic: str = ""
+    members: int = 0
+    static: bool | None = None
+    protocol: str = ""
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        g = self.cfg.groups
+        self.group = self.group or g.group
+        self.obs_topic = self.obs_topic or g.observation_topic
+        self.members = self.members or g.members
+        self.static = g.static if self.static is None else self.static
+        self.protocol = self.protocol or g.protocol
+
+    @property
+    def names(self) -> list[str]:
+        return [f"m{i}" for i in range(self.members)]
+
+    def control(self, member: str) -> Path:
+        return self.workdir / f"control.{member}"
+
+    def start(self, member: str | None = None, static: bool | None = None) -> None:
+        """Start every member (or one); ``static`` overrides the configured membership for it."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / "client.json"
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(client_config.admin(self.cfg), f)
+        for name in [member] if member else self.names:
+            if name in self.procs and self.procs[name].poll() is None:
+                continue
+            is_static = self.static if static is None else static
+            cmd = [sys.executable, "-m", "monitor.group.member", "--conf", str(conf), "--member", name,
+                   "--group", self.group, "--topic", self.topic, "--obs-topic", self.obs_topic,
+                   "--protocol", self.protocol, "--session-timeout-ms", str(self.cfg.groups.session_timeout_ms),
+                   "--commit-interval-ms", str(self.cfg.groups.commit_interval_ms),
+                   "--control", str(self.control(name))] + (["--static"] if is_static else [])
+            log = open(self.workdir / f"{name}.log", "ab")
+            self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                                                cwd=str(Path(__file__).resolve().parents[2]))
+            log.close()
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+    def kill(self, member: str) -> None:
+        proc = self.procs.get(member)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def pause(self, member: str) -> None:
+        self.procs[member].send_signal(signal.SIGSTOP)
+
+    def resume(self, member: str) -> None:
+        self.procs[member].send_signal(signal.SIGCONT)
+
+    def stop(self, member: str | None = None, close_bound_s: float = 30.0) -> None:
+        names = [member] if member else list(self.procs)
+        for name in names:
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        for name in names:
+            proc = self.procs.get(name)
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=close_bound_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def drill(self, kind: str, member: str = "m0") -> None:
+        Path(f"{self.control(member)}.{kind}").write_bytes(b"")
+
+
+def canary_for(cfg: Config) -> GroupCanary:
+    """The configured group canary: it reads the canary topic; its files are under ``<state_dir>/group``."""
+    return GroupCanary(cfg, cfg.canary.name, Path(cfg.state_dir) / "group")

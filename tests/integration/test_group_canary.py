@@ -1,0 +1,125 @@
+"""The consumer-group canary against the real cluster (classic protocol): members killed -9 and
+restarted with static membership cause no rebalance in the others, without it they do; a member
+paused past its session timeout loses its partitions (a stall on them, its late commit refused);
+through all of it nothing is skipped or rewound, and each drill is found exactly."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+
+from monitor import clients
+from monitor.group.audit import audit, ensure_observation_topic, read_observations
+from monitor.group.runner import GroupCanary
+from tests.integration.helpers import write_source_with_aborts
+
+PARTITIONS = 3
+SESSION_MS = 6000  # the brokers' group.min.session.timeout.ms
+
+
+def _rebalances(observations: list[tuple[int, dict]], members: set[str], after: int, before: int) -> dict:
+    """Per member, the rebalances librdkafka counted between two points of the observation log."""
+    counts = {}
+    for m in members:
+        rcs = [int(o.get("rc", 0)) for at, o in observations
+               if after <= at < before and o["m"] == m and o["k"] == "progress"]
+        assert rcs, f"no progress from {m} in the window"
+        counts[m] = max(rcs) - min(rcs)
+    return counts
+
+
+def _obs_end(cfg, topic: str) -> int:
+    c = clients.consumer(cfg, "read_uncommitted", group="vigil-test")
+    try:
+        return clients.watermarks(c, topic, 0)[1]
+    finally:
+        c.close()
+
+
+def _wait_consuming(cfg, topic: str, names: list[str], within_s: float) -> None:
+    """Until every named member reported progress on a partition it owns, after the log's end now."""
+    start = _obs_end(cfg, topic)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        seen, _bad = read_observations(cfg, topic)
+        owning = {o["m"] for at, o in seen if at >= start and o["k"] == "progress" and o.get("p")}
+        if set(names) <= owning:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"members {names} not all consuming within {within_s} s")
+
+
+def test_static_restarts_cause_no_rebalance_dynamic_ones_do_a_paused_member_stalls_and_nothing_is_skipped(
+        cluster_ready, tmp_path):
+    env = cluster_ready
+    suffix = uuid.uuid4().hex[:8]
+    topic, obs_topic = f"group-src-{suffix}", f"group-obs-{suffix}"
+    cfg = env["config"]
+    cfg = cfg.model_copy(update={"groups": cfg.groups.model_copy(update={
+        "session_timeout_ms": SESSION_MS, "commit_interval_ms": 300, "observation_topic": obs_topic})})
+    clients.ensure_topic(clients.admin(cfg), topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    ensure_observation_topic(cfg)
+    canary = GroupCanary(cfg, topic, tmp_path / "group", group=f"vigil-group-{suffix}", static=True)
+    stop, written = threading.Event(), Counter()
+    writer = threading.Thread(target=write_source_with_aborts, args=(env["bootstrap"], topic, stop, written),
+                              daemon=True)
+    writer.start()
+    try:
+        canary.start()
+        _wait_consuming(cfg, obs_topic, canary.names, 60)
+        time.sleep(2)
+
+        # 1. static: m1 killed -9 and back within its session timeout: no rebalance in m0 and m2
+        before = _obs_end(cfg, obs_topic)
+        canary.kill("m1")
+        time.sleep(1)
+        canary.start("m1")
+        time.sleep(SESSION_MS / 1000 + 3)
+        _wait_consuming(cfg, obs_topic, ["m1"], 30)
+        static_done = _obs_end(cfg, obs_topic)
+
+        # 2. dynamic: m2 killed -9 and back as a dynamic member: the group rebalances
+        canary.kill("m2")
+        time.sleep(1)
+        canary.start("m2", static=False)
+        time.sleep(SESSION_MS / 1000 + 3)
+        _wait_consuming(cfg, obs_topic, ["m2"], 30)
+        dynamic_done = _obs_end(cfg, obs_topic)
+
+        # 3. m0 paused past its session timeout: its partitions go to the others, then it rejoins
+        canary.pause("m0")
+        time.sleep(SESSION_MS / 1000 + 4)
+        canary.resume("m0")
+        _wait_consuming(cfg, obs_topic, ["m0"], 60)
+
+        # 4. the drills, on a member that owns a partition
+        canary.drill("group_skip", "m1")
+        canary.drill("group_rewind", "m1")
+        time.sleep(4)
+    finally:
+        stop.set()
+        writer.join(30)
+        time.sleep(3)  # the members commit what they consumed
+        canary.stop()
+    seen, malformed = read_observations(cfg, obs_topic)
+    static_rebalances = _rebalances(seen, {"m0", "m2"}, before, static_done)
+    dynamic_rebalances = _rebalances(seen, {"m0", "m1"}, static_done, dynamic_done)
+    print("rebalances: static restart", static_rebalances, "dynamic restart", dynamic_rebalances)
+    assert sum(static_rebalances.values()) == 0, static_rebalances
+    assert sum(dynamic_rebalances.values()) >= 1, dynamic_rebalances
+
+    result = audit(cfg, topic, obs_topic, stall_ms=SESSION_MS - 1000)
+    assert malformed == 0 and result.reference_records > 500
+    drills = {d["d"]: d for d in result.drills}
+    assert set(drills) == {"group_skip", "group_rewind"}, result.drills
+    skipped = {(f.partition, f.offset) for f in result.findings if f.invariant == "group_skip"}
+    rewound = {(f.partition, f.offset) for f in result.findings if f.invariant == "group_rewind"}
+    assert skipped == {(drills["group_skip"]["p"], o) for o in drills["group_skip"]["offsets"]}
+    assert rewound == {(drills["group_rewind"]["p"], o) for o in drills["group_rewind"]["offsets"]}
+    assert len(skipped) == 3 and rewound
+    assert result.counts["rebalance_stall"] >= 1  # m0's partitions while it was paused
+    print("m0 after its pause:", [(o["k"], o.get("p"), o.get("r"), o.get("e")) for _at, o in seen
+                                  if o["m"] == "m0" and o["k"] in ("lost", "revoked", "assigned", "ack") and o.get("r") != "ok"])
+    print("redeliveries", result.redeliveries, "stalls", result.counts["rebalance_stall"], "records", result.reference_records)

@@ -1,0 +1,319 @@
+"""group_skip / group_rewind / redeliveries / rebalance_stall: the judge against what a simulated
+group really did, fed in any split of the reference reader's reads and judged at any moments."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from invariants.doc_runs import offset_runs
+from invariants.groups import GroupJudge
+
+
+class Sim:
+    """A consumer group over a log with gaps (control records), as the broker and members really
+    behave, written down as the members' observation log; what really happened is kept beside it.
+
+    ``concurrent``: commits are sent, applied and acknowledged at separate moments with other
+    members' steps in between, fetches happen some time after ``assigned``, and revoked members
+    commit late (the judge's floor is then conservative: it may miss a rewind, never invent one). Faults injected: a member that
+    drops records it consumed (group_skip), a fetch that returns less than the committed offset or
+    a member that seeks back below its own acknowledged commit (group_rewind), a revoked member
+    committing late (allowed)."""
+
+    def __init__(self, seed: int, partitions: int = 2, members: int = 3, concurrent: bool = False) -> None:
+        self.rng = rng = random.Random(seed)
+        self.concurrent = concurrent
+        self.log: dict[int, list[int]] = {}
+        for p in range(partitions):
+            offsets, o = [], rng.randint(0, 3)
+            for _ in range(rng.randint(5, 40)):
+                offsets.append(o)
+                o += rng.choice([1, 1, 1, 2, 3])
+            self.log[p] = offsets
+        self.obs: list[dict] = []
+        self.t = 0
+        self.committed: dict[int, int] = {}  # the broker's
+        self.owner: dict[int, str] = {}
+        self.spans: dict[tuple[str, int], dict] = {}  # fetched: position, own acked, floor (truth)
+        self.pending: dict[str, dict] = {}  # member -> commit {values, applied, state}
+        self.old: dict[tuple[str, int], int] = {}  # positions of revoked spans (late commits)
+        self.consumed: dict[int, set[int]] = {p: set() for p in self.log}
+        self.top: dict[int, int] = {}
+        self.members = [f"m{i}" for i in range(members)]
+        self.true_skips: set[tuple[int, int]] = set()
+        self.true_rewinds = 0  # records delivered below the floor
+        self.true_commit_rewinds = 0  # acknowledged commits below one acknowledged before in the same span
+        self.true_redeliveries = 0
+        self.judged_to: dict[int, int] = {}
+
+    def note(self, member: str, kind: str, **fields) -> None:
+        self.t += self.rng.choice([10, 100, 500])
+        self.obs.append({"v": 1, "m": member, "k": kind, "t": self.t, **fields})
+
+    def step(self) -> None:
+        rng = self.rng
+        m = rng.choice(self.members)
+        owned = [p for p, o in self.owner.items() if o == m]
+        choice = rng.random()
+        if choice < 0.12:
+            free = [p for p in self.log if p not in self.owner]
+            if free:
+                p = rng.choice(free)
+                self.owner[p] = m
+                self.note(m, "assigned", p=[p])
+                self.spans[(m, p)] = {"fetched": False}
+                if not self.concurrent:
+                    self.fetch(m, p)
+        elif choice < 0.55 and owned:
+            p = rng.choice(owned)
+            if not self.spans[(m, p)]["fetched"]:
+                self.fetch(m, p)
+            self.consume(m, p)
+        elif choice < 0.75 and m not in self.pending:
+            # what it consumed (a member commits nothing of a partition it has not consumed from yet)
+            values = {p: s["position"] for (mm, p), s in self.spans.items() if mm == m and s.get("consumed")}
+            if values:
+                self.commit(m, values)
+        elif choice < 0.8 and m in self.pending:
+            self.finish(m)
+        elif choice < 0.88 and owned and m not in self.pending:
+            p = rng.choice(owned)
+            span = self.spans.pop((m, p))
+            del self.owner[p]
+            if span.get("consumed"):
+                self.old[(m, p)] = span["position"]
+            self.note(m, "revoked", p=[p])
+        elif choice < 0.91:  # killed and started again
+            for p in owned:
+                del self.owner[p]
+                self.spans.pop((m, p))
+            self.pending.pop(m, None)
+            self.note(m, "started")
+        elif choice < 0.94 and self.concurrent and m not in self.pending:  # a revoked member commits late
+            late = {p: o for (mm, p), o in self.old.items() if mm == m and self.owner.get(p) != m}
+            if late:
+                self.commit(m, late)
+        elif choice < 0.97 and owned:  # seeks back below its own acknowledged commit
+            p = rng.choice(owned)
+            span = self.spans[(m, p)]
+            if span.get("consumed") and span["own"] > 0:
+                span["position"] = max(0, span["own"] - rng.randint(1, 4))
+
+    def fetch(self, m: str, p: int) -> None:
+        span = self.spans[(m, p)]
+        start = self.committed.get(p, self.log[p][0])
+        span.update(fetched=True, floor=self.committed.get(p, -1), own=-1, position=start)
+        if self.rng.random() < 0.08 and start > 2:  # a broker returning less than the committed offset
+            span["position"] = start - self.rng.randint(1, 3)
+
+    def consume(self, m: str, p: int) -> None:
+        span = self.spans[(m, p)]
+        took = [o for o in self.log[p] if o >= span["position"]][:self.rng.randint(1, 4)]
+        if not took:
+            return
+        span["position"] = took[-1] + 1
+        span["consumed"] = True
+        if len(took) > 1 and self.rng.random() < 0.1:
+            took = took[:-1]  # consumed and dropped (not reported): what a group_skip drill does
+        floor = max(span["floor"], span["own"])
+        for o in took:
+            if o < floor:
+                self.true_rewinds += 1
+            elif o <= self.top.get(p, -1):
+                self.true_redeliveries += 1
+            self.top[p] = max(self.top.get(p, -1), o)
+            self.consumed[p].add(o)
+        self.note(m, "consumed", r={str(p): offset_runs(took)})
+
+    def commit(self, m: str, values: dict[int, int]) -> None:
+        self.note(m, "intent", o={str(p): v for p, v in values.items()})
+        self.pending[m] = {"values": values, "applied": False,
+                           "spans": {p: self.spans.get((m, p)) for p in values}}  # the assignments it was sent in
+        if not self.concurrent:
+            self.apply(m)
+            self.finish(m)
+
+    def apply(self, m: str) -> None:
+        c = self.pending[m]
+        c["applied"] = True
+        self.committed.update(c["values"])
+
+    def finish(self, m: str) -> None:
+        c = self.pending.pop(m)
+        if not c["applied"]:
+            if self.rng.random() < 0.3:
+                self.note(m, "ack", r="refused")
+                return
+            if self.rng.random() < 0.3:  # a timeout: applied or not, nobody knows
+                if self.rng.random() < 0.5:
+                    self.committed.update(c["values"])
+                self.note(m, "ack", r="unknown")
+                return
+            self.committed.update(c["values"])
+        self.note(m, "ack", r="ok")
+        for p, v in c["values"].items():
+            span = self.spans.get((m, p))
+            if span is not None and span is c["spans"][p]:
+                self.true_commit_rewinds += v < span["own"]
+                span["own"] = max(span["own"], v)
+            below = self.judged_to.get(p, 0)
+            for o in self.log[p]:
+                if below <= o < v and o not in self.consumed[p]:
+                    self.true_skips.add((p, o))
+            self.judged_to[p] = max(below, v)
+
+    def run(self, steps: int) -> "Sim":
+        for _ in range(steps):
+            if self.concurrent and self.pending and self.rng.random() < 0.2:
+                m = self.rng.choice(list(self.pending))
+                if not self.pending[m]["applied"] and self.rng.random() < 0.7:
+                    self.apply(m)
+                continue
+            self.step()
+        return self
+
+
+def judged(sim: Sim, seed: int, *, split: bool) -> tuple[GroupJudge, list]:
+    """The judge fed the sim's observations and the log as a reader read it; with ``split``, the
+    reads arrive in random pieces between observations and ``judge`` is called at random moments."""
+    rng = random.Random(seed)
+    judge = GroupJudge(stall_ms=10**9)
+    found = []
+    cursor = {p: 0 for p in sim.log}
+    for at, obs in enumerate(sim.obs):
+        judge.observe(at, obs)
+        if split and rng.random() < 0.3:
+            p = rng.choice(list(sim.log))
+            n = rng.randint(0, 5)
+            judge.read_reference(p, sim.log[p][cursor[p]:cursor[p] + n])
+            cursor[p] += n
+        if split and rng.random() < 0.3:
+            found += judge.judge()
+    for p, offsets in sim.log.items():
+        judge.read_reference(p, offsets[cursor[p]:], reader_at=offsets[-1] + 3)
+    found += judge.judge()
+    return judge, found
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**9))
+def test_in_sequential_histories_the_judge_finds_exactly_what_happened(seed):
+    sim = Sim(seed).run(150)
+    judge, found = judged(sim, seed, split=True)
+    assert {(f.partition, f.offset) for f in found if f.invariant == "group_skip"} == sim.true_skips
+    rewinds = [sim.obs[f.at]["k"] for f in found if f.invariant == "group_rewind"]
+    assert rewinds.count("consumed") == sim.true_rewinds
+    assert rewinds.count("ack") == sim.true_commit_rewinds
+    assert judge.redeliveries == sim.true_redeliveries
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**9))
+def test_with_commits_in_flight_the_judge_never_invents_a_rewind_and_finds_every_skip(seed):
+    sim = Sim(seed, concurrent=True).run(200)
+    _judge, found = judged(sim, seed, split=True)
+    assert {(f.partition, f.offset) for f in found if f.invariant == "group_skip"} == sim.true_skips
+    consumed_rewinds = [f for f in found if f.invariant == "group_rewind" and sim.obs[f.at]["k"] == "consumed"]
+    assert len(consumed_rewinds) <= sim.true_rewinds
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**9))
+def test_any_split_of_the_reads_and_any_judging_moments_give_the_whole_history_answer(seed):
+    sim = Sim(seed, concurrent=bool(seed % 2)).run(200)
+    _a, whole = judged(sim, seed, split=False)
+    _b, split = judged(sim, seed + 1, split=True)
+    key = lambda f: (f.invariant, f.partition, f.offset, f.at)  # noqa: E731
+    assert sorted(map(key, whole)) == sorted(map(key, split))
+
+
+def test_a_late_commit_by_a_revoked_member_lowers_the_floor_and_is_no_rewind():
+    j = GroupJudge()
+    obs = [("a", "assigned", {"p": [0]}), ("a", "consumed", {"r": {"0": [[0, 10]]}}),
+           ("a", "intent", {"o": {"0": 10}}), ("a", "ack", {"r": "ok"}),
+           ("a", "consumed", {"r": {"0": [[10, 5]]}}), ("a", "lost", {"p": [0]}),
+           ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[10, 5]]}}),  # from 10: redelivered
+           ("b", "intent", {"o": {"0": 15}}), ("b", "ack", {"r": "ok"}),
+           ("a", "intent", {"o": {"0": 12}}), ("a", "ack", {"r": "ok"}),  # late, and it went through
+           ("b", "revoked", {"p": [0]}), ("c", "assigned", {"p": [0]}),
+           ("c", "consumed", {"r": {"0": [[12, 3]]}})]  # from the late commit: allowed
+    for at, (m, k, f) in enumerate(obs):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    j.read_reference(0, range(15))
+    found = j.judge()
+    assert found == [] and j.redeliveries == 8
+
+
+def test_a_fetch_below_the_acknowledged_commit_is_a_rewind_per_record():
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate([
+            ("a", "assigned", {"p": [0]}), ("a", "consumed", {"r": {"0": [[0, 10]]}}),
+            ("a", "intent", {"o": {"0": 10}}), ("a", "ack", {"r": "ok"}), ("a", "revoked", {"p": [0]}),
+            ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[7, 5]]}})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", 7), ("group_rewind", 8),
+                                                             ("group_rewind", 9)]
+    assert j.redeliveries == 0
+
+
+def test_a_commit_whose_outcome_was_unknown_at_the_fetch_lowers_the_floor():
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate([
+            ("a", "assigned", {"p": [0]}), ("a", "consumed", {"r": {"0": [[0, 10]]}}),
+            ("a", "intent", {"o": {"0": 5}}), ("a", "ack", {"r": "ok"}),
+            ("a", "intent", {"o": {"0": 10}}), ("a", "lost", {"p": [0]}),
+            ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[5, 5]]}}),
+            ("a", "ack", {"r": "ok"})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert j.judge() == [] and j.redeliveries == 5
+
+
+def test_a_partition_without_a_live_owner_past_the_threshold_is_one_stall_and_a_stop_starts_no_clock():
+    j = GroupJudge(stall_ms=5000)
+    for at, (m, k, t, f) in enumerate([
+            ("a", "assigned", 0, {"p": [0, 1]}), ("a", "progress", 1000, {"p": [0, 1]}),
+            ("a", "progress", 2000, {"p": [0, 1]}),  # then paused: nothing for 9 s
+            ("b", "assigned", 11000, {"p": [0]}), ("b", "progress", 12000, {"p": [0]}),
+            ("a", "progress", 12500, {"p": [1]}),  # a came back, still owning 1: 10.5 s without
+            ("a", "stopped", 13000, {}), ("c", "assigned", 60000, {"p": [1]})]):
+        j.observe(at, {"m": m, "k": k, "t": t, **f})
+    stalls = [(f.partition, f.member) for f in j.judge() if f.invariant == "rebalance_stall"]
+    assert stalls == [(0, "b"), (1, "a")]
+
+
+def test_rebalances_are_counted_from_each_members_own_count_after_its_first_report():
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate([
+            ("a", "progress", {"rc": 1, "rr": "join"}), ("a", "progress", {"rc": 3, "rr": "member left"}),
+            ("a", "started", {}), ("a", "progress", {"rc": 1, "rr": "join"}),
+            ("a", "progress", {"rc": 2, "rr": "x"})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert dict(j.rebalances) == {("a", "member left"): 2, ("a", "x"): 1}
+
+
+def test_a_commit_sent_after_the_first_records_arrived_does_not_lower_the_floor():
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate([
+            ("a", "assigned", {"p": [0]}), ("a", "consumed", {"r": {"0": [[0, 10]]}}),
+            ("a", "intent", {"o": {"0": 10}}), ("a", "ack", {"r": "ok"}), ("a", "lost", {"p": [0]}),
+            ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[8, 4]]}}),
+            ("a", "intent", {"o": {"0": 3}}), ("b", "consumed", {"r": {"0": [[12, 1]]}}), ("a", "ack", {"r": "ok"})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", 8), ("group_rewind", 9)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_a_malformed_observation_is_none_never_an_exception(raw):
+    from monitor.group import observations
+    obs = observations.decode(raw)
+    assert obs is None or obs["k"] in observations.KINDS
+
+
+def test_an_observation_round_trips():
+    from monitor.group import observations
+    obs = observations.decode(observations.encode("m1", "consumed", r={"0": [[5, 2]]}))
+    assert obs is not None and (obs["m"], obs["k"], obs["r"]) == ("m1", "consumed", {"0": [[5, 2]]})
