@@ -66,6 +66,9 @@ class Invariant(str, enum.Enum):
     G0_WRITE_CYCLE = "g0_write_cycle"
     EOS_LOSS = "eos_loss"
     EOS_DUPLICATE = "eos_duplicate"
+    GROUP_SKIP = "group_skip"
+    GROUP_REWIND = "group_rewind"
+    REBALANCE_STALL = "rebalance_stall"
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,18 @@ CATALOG: dict[Invariant, InvariantInfo] = {
         InvariantInfo(
             Invariant.EOS_DUPLICATE, Severity.CRITICAL, Scope.READ_COMMITTED,
             "a canary record copied twice into the EOS pipeline's committed output",
+        ),
+        InvariantInfo(
+            Invariant.GROUP_SKIP, Severity.CRITICAL, Scope.READ_COMMITTED,
+            "the group canary's acknowledged commit passed a canary record no member of the group had consumed",
+        ),
+        InvariantInfo(
+            Invariant.GROUP_REWIND, Severity.CRITICAL, Scope.READ_COMMITTED,
+            "a group member was delivered a record below the group's acknowledged committed offset",
+        ),
+        InvariantInfo(
+            Invariant.REBALANCE_STALL, Severity.WARNING, Scope.READ_COMMITTED,
+            "a partition of the group canary had no live owner for longer than groups.stall_ms",
         ),
     )
 }

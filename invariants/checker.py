@@ -37,7 +37,7 @@ versioned form the watch saves after every batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from invariants.accounting import (
     AckedRun, EntriesMissing, LedgerEvent, LedgerFold, TopicObserved, TopicReplaced, TopicRetired, TxnDecided,
@@ -60,6 +60,7 @@ from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
+from invariants.groups import GroupFinding, GroupJudge
 from invariants.write_cycles import WriteCyclesFamily
 
 
@@ -92,6 +93,9 @@ class Checker(TopicLifecycle):
         self.eos = EosLive(self.settings.horizon_offsets)
         self.eos_source = ""  # the canary topic name the EOS pipeline reads ("": no pipeline watched)
         self.eos_topic_id = ""  # ... and the ID its verdicts are about (another ID: another pipeline)
+        self.groups = GroupJudge()
+        self.group_source = ""  # the canary topic name the group canary reads ("": no group watched)
+        self.group_topic_id = ""  # ... and the ID its verdicts are about
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
@@ -202,6 +206,8 @@ class Checker(TopicLifecycle):
             fresh.append((fresh_from, v.frontier))
         if iso is RC and covered is None and self.eos_source and topic_id == self.current_ids.get(self.eos_source):
             self._eos_pipeline(topic_id).read_source(partition, [r.offset for r in reads])
+        if iso is RC and covered is None and self.group_source and topic_id == self.current_ids.get(self.group_source):
+            self._group(topic_id).read_reference(partition, [r.offset for r in reads])
         v.epoch += 1
         for lo, hi in fresh:
             self.acked.candidates.read_again(key, lo, hi, v.epoch)
@@ -265,6 +271,41 @@ class Checker(TopicLifecycle):
             self.eos_committed(*sample)
         self._eos_judge()
         return self.sink.take()
+
+    # -- the group canary (invariants.groups) ------------------------------------------------
+
+    def _group(self, topic_id: str) -> GroupJudge:
+        if topic_id != self.group_topic_id:
+            if self.group_topic_id:  # a recreated canary topic: its offsets start again
+                old = self.groups  # (the observation log and the counters go on)
+                self.groups = GroupJudge(old.stall_ms, next_at=old.next_at, redeliveries=old.redeliveries,
+                                         rebalances=old.rebalances, rebalance_seen=old.rebalance_seen)
+            self.group_topic_id = topic_id
+        return self.groups
+
+    def apply_group_observations(self, observations: Sequence[tuple[int, Mapping]],
+                                 reader_at: Mapping[int, int] | None = None) -> None:
+        """The group canary's observation log, in order, as (offset, observation); ``reader_at``:
+        where the read_committed reader of the canary stands per partition (past control records)."""
+        if not self.group_source:
+            return
+        tid = self.current_ids.get(self.group_source)
+        judge = self._group(tid) if tid else self.groups
+        for at, obs in observations:
+            judge.observe(at, obs)
+        for p, at in (reader_at or {}).items():
+            judge.read_reference(p, [], reader_at=at)
+
+    def _group_judge(self) -> None:
+        if not self.group_source:
+            return
+        tid = self.group_topic_id
+        starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
+        inv = {"group_skip": Invariant.GROUP_SKIP, "group_rewind": Invariant.GROUP_REWIND,
+               "rebalance_stall": Invariant.REBALANCE_STALL}
+        for f in self.groups.judge(starts):
+            self.sink.add(Violation(inv[f.invariant], RC, tid, f.partition, (f.offset,) if f.offset >= 0 else (),
+                                    detail=_group_detail(f)))
 
     def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read) -> None:
         off, ident = r.offset, r.ident
@@ -356,6 +397,7 @@ class Checker(TopicLifecycle):
             lambda tid: {k.partition for k in self.views if k.iso is RC and k.topic_id == tid}, self.view))
         self.sink.extend(self.cycles.judge())
         self._eos_judge()
+        self._group_judge()
         for key in self._dirty:
             v = self.views[key]
             cut = v.frontier - self.settings.horizon_offsets
@@ -469,3 +511,11 @@ class Checker(TopicLifecycle):
     @classmethod
     def from_doc(cls, doc: dict[str, Any], settings: Settings) -> "Checker":
         return checker_doc.from_doc(cls(settings), doc, settings)
+
+
+def _group_detail(f: GroupFinding) -> str:
+    if f.invariant == "group_skip":
+        return f"the commit acknowledged at observation {f.at} passed it; no member had consumed it"
+    if f.invariant == "group_rewind":
+        return f"member {f.member}, observation {f.at}: below the group's acknowledged committed offset"
+    return f"member {f.member}, observation {f.at}: no live owner for longer than the stall threshold"

@@ -52,7 +52,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from invariants.doc_runs import run_offsets
+from invariants.doc_runs import offset_runs, run_offsets
 
 # ack results: "ok"; "refused" (the broker answered with an error: nothing was committed);
 # "unknown" (a timeout or a lost connection: it may have been committed)
@@ -105,10 +105,19 @@ class GroupJudge:
     rebalance_seen: dict[str, int] = field(default_factory=dict)  # member -> librdkafka's rebalance count
     rebalances: Counter = field(default_factory=Counter)  # (member, reason) -> rebalances
     redeliveries: int = 0
+    judged_records: int = 0  # reference records a commit passed and that were judged
     findings: list[GroupFinding] = field(default_factory=list)  # the observation-side ones, not returned yet
+    next_at: int = 0  # the next observation's offset (one read before is passed over)
+
+    MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
 
     # -- the observation log ------------------------------------------------------------------
     def observe(self, at: int, obs: Mapping) -> None:
+        """The observation at offset ``at`` of the log; offsets below one observed are passed over
+        (a batch read again), so the log is taken once and in order."""
+        if at < self.next_at:
+            return
+        self.next_at = at + 1
         kind, member, ts = obs.get("k"), str(obs.get("m", "")), int(obs.get("t", 0))
         if kind == "started":
             self._end_spans(member)
@@ -226,8 +235,16 @@ class GroupJudge:
         below = self.judged_to.get(p, 0)
         fresh = [o for o in offsets if o >= below]
         if fresh:
-            self.reference.setdefault(p, set()).update(fresh)
+            pending = self.reference.setdefault(p, set())
+            pending.update(fresh)
             self.read_to[p] = max(self.read_to.get(p, 0), max(fresh) + 1)
+            if len(pending) > self.MAX_UNJUDGED:  # no commit passing them for that long: the oldest are the audit's
+                cut = sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10]
+                pending.difference_update([o for o in pending if o < cut])
+                self.judged_to[p] = max(self.judged_to.get(p, 0), cut)
+                seen = self.first_consumed.get(p, {})
+                for o in [o for o in seen if o < cut]:
+                    del seen[o]
         if reader_at is not None:
             self.read_to[p] = max(self.read_to.get(p, 0), reader_at)
 
@@ -246,6 +263,7 @@ class GroupJudge:
                     pending = self.reference.get(p, set())
                     for o in sorted(x for x in pending if x < limit):
                         pending.discard(o)
+                        self.judged_records += 1
                         first = seen.get(o)
                         if o >= starts.get(p, 0) and (first is None or first > ack_at):
                             found.append(GroupFinding("group_skip", p, o, "", ack_at))
@@ -256,3 +274,47 @@ class GroupJudge:
                     break  # the reference reader is not that far yet: later commits on p wait behind this one
                 queue.pop(0)
         return found
+
+    # -- the saved form -----------------------------------------------------------------------
+    def to_doc(self) -> dict:
+        index = {id(c): i for i, c in enumerate(self.commits)}
+        return {
+            "stall_ms": self.stall_ms, "next_at": self.next_at, "redeliveries": self.redeliveries,
+            "judged_records": self.judged_records,
+            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack] for (m, p), s in self.spans.items()],
+            "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result]
+                        for c in self.commits],
+            "pending_ack": {m: index[id(c)] for m, c in self.pending_ack.items()},
+            "first_consumed": {str(p): [[o, at] for o, at in sorted(m.items())] for p, m in self.first_consumed.items() if m},
+            "max_consumed": {str(p): v for p, v in self.max_consumed.items()},
+            "to_judge": {str(p): [list(x) for x in q] for p, q in self.to_judge.items() if q},
+            "judged_to": {str(p): v for p, v in self.judged_to.items()},
+            "reference": {str(p): offset_runs(s) for p, s in self.reference.items() if s},
+            "read_to": {str(p): v for p, v in self.read_to.items()},
+            "alive_at": {str(p): v for p, v in self.alive_at.items()},
+            "rebalance_seen": dict(self.rebalance_seen),
+            "rebalances": [[m, r, n] for (m, r), n in sorted(self.rebalances.items())],
+            "findings": [[f.invariant, f.partition, f.offset, f.member, f.at] for f in self.findings],
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Mapping) -> "GroupJudge":
+        j = cls(stall_ms=int(doc.get("stall_ms", 60_000)))
+        j.next_at, j.redeliveries = int(doc.get("next_at", 0)), int(doc.get("redeliveries", 0))
+        j.judged_records = int(doc.get("judged_records", 0))
+        j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o))
+                   for m, p, a, f, s, o in doc.get("spans", [])}
+        j.commits = [_Commit(str(m), {int(p): int(v) for p, v in values.items()}, int(i),
+                             None if a is None else int(a), str(r)) for m, values, i, a, r in doc.get("commits", [])]
+        j.pending_ack = {str(m): j.commits[int(i)] for m, i in doc.get("pending_ack", {}).items()}
+        j.first_consumed = {int(p): {int(o): int(at) for o, at in pairs} for p, pairs in doc.get("first_consumed", {}).items()}
+        j.max_consumed = {int(p): int(v) for p, v in doc.get("max_consumed", {}).items()}
+        j.to_judge = {int(p): [(int(v), int(a)) for v, a in q] for p, q in doc.get("to_judge", {}).items()}
+        j.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
+        j.reference = {int(p): set(run_offsets(runs)) for p, runs in doc.get("reference", {}).items()}
+        j.read_to = {int(p): int(v) for p, v in doc.get("read_to", {}).items()}
+        j.alive_at = {int(p): int(v) for p, v in doc.get("alive_at", {}).items()}
+        j.rebalance_seen = {str(m): int(n) for m, n in doc.get("rebalance_seen", {}).items()}
+        j.rebalances = Counter({(str(m), str(r)): int(n) for m, r, n in doc.get("rebalances", [])})
+        j.findings = [GroupFinding(str(i), int(p), int(o), str(m), int(a)) for i, p, o, m, a in doc.get("findings", [])]
+        return j

@@ -143,9 +143,11 @@ class WatchSnapshot:
     save_failures: dict = field(default_factory=dict)  # errno name -> saves of the state that failed
     ledger_reachable: int = 1  # the prober found the ledger answering last round
     ledger_placement: str = "shared"  # Config.ledger_placement
+    group_redeliveries: int = 0  # the group canary's (invariants.groups)
+    group_rebalances: dict = field(default_factory=dict)  # (member, reason) -> rebalances librdkafka counted
 
 
-MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic")
+MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation")
 BATCH_PHASES = ("fetch", "check", "persist", "refetch")
 SAVE_FAILURE_REASONS = ("ENOSPC", "EFBIG")  # a full volume, a file-size limit
 TRIGGER_PARTS = ("triggerExecution", "latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
@@ -277,6 +279,16 @@ class WatchCollector:
                                  "read_uncommitted reader (allowed; not a violation).", labels=["isolation"])
         ab.add_metric([RU.value], s.aborted_allowed)
         yield ab
+        red = CounterMetricFamily("vigil_group_redeliveries", "Records the group canary's members were delivered "
+                                  "again at or below what the group had consumed, not below its acknowledged "
+                                  "committed offset (at-least-once behaviour; not a violation).")
+        red.add_metric([], s.group_redeliveries)
+        yield red
+        reb = CounterMetricFamily("vigil_group_rebalances", "Rebalances each group canary member's client counted, "
+                                  "by its last reason (librdkafka's).", labels=["member", "reason"])
+        for (member, reason), n in sorted(s.group_rebalances.items()):
+            reb.add_metric([member, reason], n)
+        yield reb
         unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
                                    "reader has not reached yet (late, not lost).", labels=["isolation"])
         for iso in READERS:

@@ -21,6 +21,22 @@ class AuditReadError(VigilError):
     pass
 
 
+def committed_by(consumer: Any, topic: str, partitions: Iterable[int], timeout_s: float) -> dict[int, int]:
+    """The committed offsets of ``consumer``'s group on ``topic`` (partitions without one left out).
+    A consumer that never subscribes does not join the group: asking disturbs nothing."""
+    got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    return {tp.partition: tp.offset for tp in got if tp.offset >= 0 and tp.error is None}
+
+
+def committed_offsets(cfg: Config, group: str, topic: str, partitions: int, timeout_s: float = 30.0) -> dict[int, int]:
+    """The group's committed offsets on ``topic``, from a consumer of its own."""
+    c = clients.consumer(cfg, "read_committed", group=group)
+    try:
+        return committed_by(c, topic, range(partitions), timeout_s)
+    finally:
+        c.close()
+
+
 def positions(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[int, int]:
     """Where ``consumer`` stands on those partitions (those without a position left out)."""
     return {tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in partitions])
@@ -43,6 +59,42 @@ def read_past(consumer: Any, topic: str, ends: dict[int, int], timeout_s: float,
                 on_message(msg)
         at = positions(consumer, topic, todo)
         todo = {p for p in todo if at.get(p, 0) < ends[p]}
+
+
+def last_records(cfg: Config, topic: str, tail: int = 2000, timeout_s: float = 30.0) -> dict[int, int]:
+    """Per partition, the offset after the last record ``read_committed`` returns (what a group
+    that consumed everything has committed): the tail of each partition read up to its last
+    stable offset (0 where the tail holds none)."""
+    c = clients.consumer(cfg, "read_committed", group="vigil-eos-ends")
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        marks = {p: clients.watermarks(c, topic, p) for p in meta.partitions}
+        last = {p: 0 for p in marks}
+
+        def note(msg: Any) -> None:
+            last[msg.partition()] = msg.offset() + 1
+
+        try:
+            read_past(c, topic, {p: high for p, (low, high) in marks.items() if high > low}, timeout_s, note,
+                      start={p: max(low, high - tail) for p, (low, high) in marks.items()})
+        except AuditReadError:
+            pass  # what was read by then
+        return last
+    finally:
+        c.close()
+
+
+def committed_to_the_end(cfg: Config, group: str, topic: str, timeout_s: float) -> bool:
+    """Wait until ``group`` committed past every record ``topic`` holds now (its writers have
+    stopped); False when it did not within ``timeout_s``."""
+    need = last_records(cfg, topic)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = committed_offsets(cfg, group, topic, len(need))
+        if all(got.get(p, 0) >= end for p, end in need.items()):
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def read_to_end(consumer: Any, topic: str, partitions: int, timeout_s: float,

@@ -28,7 +28,8 @@ class Topics:
 
 def prepare_topics(config: Config) -> Topics:
     """Create the canary and ledger topics when missing (existing ones are used as they are), and
-    the EOS pipeline's output topic when ``eos.enabled``."""
+    the EOS pipeline's output topic when ``eos.enabled``, the group canary's observation topic when
+    ``groups.enabled``."""
     canary = clients.ensure_topic(clients.admin(config), config.canary.name, config.canary.partitions,
                                   config.canary.replication_factor, config.canary.topic_configs())
     ledger_admin = clients.admin(config, ledger=True)
@@ -40,6 +41,10 @@ def prepare_topics(config: Config) -> Topics:
         from monitor.eos.audit import ensure_output_topic
 
         ensure_output_topic(config, canary.partitions)
+    if config.groups.enabled:  # the group canary's observation log, before the watch subscribes to it
+        from monitor.group.audit import ensure_observation_topic
+
+        ensure_observation_topic(config)
     return Topics(canary, ledger)
 
 

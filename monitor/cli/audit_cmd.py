@@ -36,6 +36,15 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
         for inv, n in ((Invariant.EOS_LOSS, len(verdict.losses)), (Invariant.EOS_DUPLICATE, len(verdict.duplicates))):
             counts[rc][inv.value] = n  # no setting allows either: guaranteed
             by_class[rc][inv.value] = {d.value: (n if d is Durability.GUARANTEED else 0) for d in DURABILITIES}
+    if cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
+        from monitor.group.audit import audit as group_audit
+
+        found = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s).counts
+        rc = Isolation.READ_COMMITTED.value
+        for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL):
+            counts[rc][inv.value] = found[inv.value]  # no setting allows them: guaranteed
+            by_class[rc][inv.value] = {d.value: (found[inv.value] if d is Durability.GUARANTEED else 0)
+                                       for d in DURABILITIES}
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,
@@ -77,7 +86,7 @@ def audit_cmd(
     whole ledger, and counts every invariant exactly.
 
     This is the ground truth the live checker is compared with: an independent, whole-history
-    implementation. With `eos.enabled`, the EOS pipeline too (`vigil eos audit`). Liveness invariants are time-based and live only; `lso_stuck` here counts
+    implementation. With `eos.enabled`, the EOS pipeline too (`vigil eos audit`); with `groups.enabled`, the group canary (`vigil group audit`: its rebalance_stall from the observations' timestamps, as live). Liveness invariants are time-based and live only; `lso_stuck` here counts
     the (transaction, partition) pairs whose records the final log holds and that the ledger shows
     holding the log back longer than `watch.lso_stuck_threshold_s` (see docs/invariants.md).
     """

@@ -13,7 +13,7 @@ import typer
 from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
 from monitor.group.audit import audit, ensure_observation_topic
-from monitor.group.runner import canary_for
+from monitor.group.runner import GroupRunner, canary_for
 
 app = typer.Typer(help="The consumer-group canary: `groups.members` member processes subscribed to the canary topic "
                   "in one group (read_committed, explicit commits), each appending what it does to an observation "
@@ -39,23 +39,20 @@ def run(
     clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
                          cfg.canary.topic_configs())
     ensure_observation_topic(cfg)
-    canary = canary_for(cfg)
+    runner = GroupRunner(cfg, say=console.print)  # a member that exits is started again, with backoff
+    canary = runner.canary
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_a: stop.set())
-    canary.start()
+    runner.start()
     started = time.monotonic()
     console.print(f"started {len(canary.alive())} members of {canary.group} ({canary.protocol} protocol, "
                   f"{'static' if canary.static else 'dynamic'} membership); observations on {canary.obs_topic}")
-    while not stop.wait(5.0):
-        dead = [n for n in canary.names if n not in canary.alive()]
-        for name in dead:
-            console.print(f"member {name} exited ({canary.procs[name].returncode}): started again")
-            canary.start(name)
+    while not stop.wait(1.0):
         if duration and time.monotonic() - started >= duration:
             break
-    canary.stop()
-    console.print("stopped")
+    runner.stop()
+    console.print(f"stopped (members that exited by themselves: {dict(runner.exits) or 'none'})")
 
 
 @app.command("drill")
@@ -92,7 +89,7 @@ def audit_cmd(
     out = {"group_skip": result.counts["group_skip"], "group_rewind": result.counts["group_rewind"],
            "rebalance_stall": result.counts["rebalance_stall"], "redeliveries": result.redeliveries,
            "observations": result.observations, "malformed_observations": result.malformed,
-           "reference_records": result.reference_records,
+           "reference_records": result.reference_records, "judged_records": result.judged_records,
            "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(result.rebalances.items())},
            "drills": result.drills[:100],
            "findings": [[f.invariant, f.partition, f.offset, f.member] for f in result.findings[:100]]}
@@ -101,6 +98,6 @@ def audit_cmd(
     else:
         console.print(f"group_skip {out['group_skip']}, group_rewind {out['group_rewind']}, rebalance_stall "
                       f"{out['rebalance_stall']}; {out['redeliveries']} redeliveries over {result.observations} "
-                      f"observations and {result.reference_records} records")
+                      f"observations; {result.judged_records} of {result.reference_records} records judged")
     if out["group_skip"] or out["group_rewind"]:
         raise typer.Exit(1)

@@ -21,6 +21,7 @@ from monitor.cli.common import ConfigOption, err_console, load_config, print_end
 from monitor.cli.produce_cmd import status_line, writer_summary
 from monitor.cluster.access import up_for
 from monitor.eos.runner import EosPipeline
+from monitor.group.runner import GroupRunner
 from monitor.metrics import producer_metrics
 from monitor.signals import install_stop_handlers
 from monitor.watch.runtime import WatchRuntime
@@ -61,6 +62,7 @@ def run(
         return
     threads = [WriterThread(open_writer(cfg, w, topics, metrics), writers_stop, None) for w in cfg.writers]
     pipeline = EosPipeline(cfg, registry, progress) if cfg.eos.enabled else None
+    group = GroupRunner(cfg, registry, progress) if cfg.groups.enabled else None
     writers_starting = threading.Lock()
     started = time.monotonic()
 
@@ -71,6 +73,8 @@ def run(
             start_writers_when_checking(runtime, threads, requested, writers_starting, progress)
             if pipeline is not None and not requested.is_set():
                 pipeline.start()
+            if group is not None and not requested.is_set():
+                group.start()
             requested.wait(duration)
             writers_stop.set()
             for t in threads:
@@ -79,6 +83,9 @@ def run(
             if pipeline is not None:  # it consumes what the writers wrote last, then closes
                 pipeline.drain(timeout_s=60.0)
                 pipeline.stop()
+            if group is not None:  # the members too, then they commit, note that they stopped, and close
+                group.drain(timeout_s=60.0)
+                group.stop()
             runtime.wait_caught_up(timeout_s=120.0)
             if pipeline is not None:
                 runtime.eos_tick()  # its last commits judged: no batch comes after the output's end
@@ -112,6 +119,8 @@ def run(
         writers_stop.set()
         if pipeline is not None:
             pipeline.stop()
+        if group is not None:
+            group.stop()
         for t in threads:
             if t.ident is None:  # stopped before the checker ran: never started
                 t.discard()

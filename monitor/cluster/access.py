@@ -34,7 +34,7 @@ def canary_acls(cfg: Config) -> list[AclBinding]:
     def allow(kind: ResourceType, name: str, pattern: ResourcePatternType, op: AclOperation) -> AclBinding:
         return AclBinding(kind, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
 
-    topics = sorted({cfg.canary.name, cfg.ledger.topic, cfg.eos.output_topic})
+    topics = sorted({cfg.canary.name, cfg.ledger.topic, cfg.eos.output_topic, cfg.groups.observation_topic})
     return ([allow(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, op) for t in topics for op in TOPIC_OPERATIONS]
             + [allow(ResourceType.TRANSACTIONAL_ID, PREFIX, ResourcePatternType.PREFIXED, op)
                for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]

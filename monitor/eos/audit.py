@@ -17,13 +17,12 @@ copy names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from confluent_kafka import TopicPartition
 
 from invariants.eos import EosVerdict, eos_verdict
 from monitor import clients
-from monitor.audit.reader import AuditReadError, positions, read_past
+from monitor.audit.reader import AuditReadError, committed_offsets, positions, read_past
 from monitor.config import Config
 from monitor.eos import output_format
 
@@ -50,22 +49,6 @@ def ensure_output_topic(cfg: Config, partitions: int) -> None:
         raise AuditReadError(f"eos.output_topic {cfg.eos.output_topic!r} has {info.partitions} partitions, the canary "
                              f"topic {partitions}: the worker writes partition p's copies to partition p (add "
                              "partitions to it, or name a new output topic)")
-
-
-def committed_by(consumer: Any, topic: str, partitions: Iterable[int], timeout_s: float) -> dict[int, int]:
-    """The committed offsets of ``consumer``'s group on ``topic`` (partitions without one left out).
-    A consumer that never subscribes does not join the group: asking disturbs nothing."""
-    got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
-    return {tp.partition: tp.offset for tp in got if tp.offset >= 0 and tp.error is None}
-
-
-def committed_offsets(cfg: Config, group: str, topic: str, partitions: int, timeout_s: float = 30.0) -> dict[int, int]:
-    """The group's committed offsets on ``topic``, from a consumer of its own."""
-    c = clients.consumer(cfg, "read_committed", group=group)
-    try:
-        return committed_by(c, topic, range(partitions), timeout_s)
-    finally:
-        c.close()
 
 
 def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout_s: float = 300.0,

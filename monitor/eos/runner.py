@@ -17,42 +17,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 
 from invariants.eos import AFTER_ABORT_CLASSES
-from monitor import clients
-from monitor.audit.reader import AuditReadError, read_past
+from monitor.audit.reader import committed_to_the_end
 from monitor.config import Config
-from monitor.eos.audit import committed_offsets
 from monitor.eos.worker import EosWorker, worker_for
 
 CLIENT = "java"
-
-
-def last_records(cfg: Config, topic: str, tail: int = 2000, timeout_s: float = 30.0) -> dict[int, int]:
-    """Per partition, the offset after the last record ``read_committed`` returns (what a group
-    that consumed everything has committed): the tail of each partition read up to its last
-    stable offset (0 where the tail holds none)."""
-    c = clients.consumer(cfg, "read_committed", group="vigil-eos-ends")
-    try:
-        meta = c.list_topics(topic, timeout=10).topics[topic]
-        marks = {p: clients.watermarks(c, topic, p) for p in meta.partitions}
-        last = {p: 0 for p in marks}
-
-        def note(msg: Any) -> None:
-            last[msg.partition()] = msg.offset() + 1
-
-        try:
-            read_past(c, topic, {p: high for p, (low, high) in marks.items() if high > low}, timeout_s, note,
-                      start={p: max(low, high - tail) for p, (low, high) in marks.items()})
-        except AuditReadError:
-            pass  # what was read by then
-        return last
-    finally:
-        c.close()
 
 
 class EosPipeline:
@@ -102,13 +77,8 @@ class EosPipeline:
         have stopped); False when it did not within ``timeout_s``."""
         if not self.started:
             return False
-        need = last_records(self.cfg, self.cfg.canary.name)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = committed_offsets(self.cfg, self.cfg.eos.group, self.cfg.canary.name, len(need))
-            if all(got.get(p, 0) >= end for p, end in need.items()):
-                return True
-            time.sleep(0.5)
+        if committed_to_the_end(self.cfg, self.cfg.eos.group, self.cfg.canary.name, timeout_s):
+            return True
         self.say(f"the EOS worker did not consume the canary topic to its end within {timeout_s:.0f} s")
         return False
 

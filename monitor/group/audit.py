@@ -29,6 +29,7 @@ class GroupAudit:
     redeliveries: int
     rebalances: Counter  # (member, reason) -> count
     reference_records: int
+    judged_records: int  # of those, passed by an acknowledged commit and judged
     started: Counter = field(default_factory=Counter)  # member -> processes started
 
 
@@ -89,4 +90,4 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     findings = judge.judge(starts)
     return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), malformed,
                       [obs for _at, obs in seen if obs["k"] == "drill"], judge.redeliveries, judge.rebalances,
-                      reference, Counter(obs["m"] for _at, obs in seen if obs["k"] == "started"))
+                      reference, judge.judged_records, Counter(obs["m"] for _at, obs in seen if obs["k"] == "started"))

@@ -13,10 +13,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
 
 from monitor import client_config
+from monitor.audit.reader import committed_to_the_end
 from monitor.config import Config
 
 
@@ -31,6 +39,7 @@ class GroupCanary:
     static: bool | None = None
     protocol: str = ""
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    started_at: dict[str, float] = field(default_factory=dict)  # member -> monotonic, of its last start
 
     def __post_init__(self) -> None:
         g = self.cfg.groups
@@ -64,8 +73,8 @@ class GroupCanary:
                    "--commit-interval-ms", str(self.cfg.groups.commit_interval_ms),
                    "--control", str(self.control(name))] + (["--static"] if is_static else [])
             log = open(self.workdir / f"{name}.log", "ab")
-            self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=log,
-                                                cwd=str(Path(__file__).resolve().parents[2]))
+            self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=log)
+            self.started_at[name] = time.monotonic()
             log.close()
 
     def alive(self) -> list[str]:
@@ -107,3 +116,65 @@ class GroupCanary:
 def canary_for(cfg: Config) -> GroupCanary:
     """The configured group canary: it reads the canary topic; its files are under ``<state_dir>/group``."""
     return GroupCanary(cfg, cfg.canary.name, Path(cfg.state_dir) / "group")
+
+
+class GroupRunner:
+    """The group canary inside `vigil run`: its members started with the writers, each started
+    again when it exits (with a growing wait when it keeps failing), drained after the writers
+    (until the group committed past every record), then stopped."""
+
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None,
+                 say: Callable[[str], None] = lambda _m: None) -> None:
+        self.cfg = cfg
+        self.canary = canary_for(cfg)
+        self.say = say
+        self.exits: Counter = Counter()  # member -> exits by itself
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if registry is not None:
+            registry.register(self)
+
+    def start(self) -> None:
+        self.canary.start()
+        self._thread = threading.Thread(target=self._supervise, name="vigil-group-members", daemon=True)
+        self._thread.start()
+
+    def _supervise(self) -> None:
+        wait: dict[str, float] = {}
+        due: dict[str, float] = {}
+        while not self._stop.wait(1.0):
+            now = time.monotonic()
+            for name, proc in list(self.canary.procs.items()):
+                if proc.poll() is None or self._stop.is_set():
+                    continue
+                if name not in due:
+                    self.exits[name] += 1
+                    ran_s = now - self.canary.started_at.get(name, now)
+                    wait[name] = 1.0 if ran_s > 60 else min(30.0, wait.get(name, 0.5) * 2)
+                    due[name] = now + wait[name]
+                    self.say(f"group member {name} exited (code {proc.returncode}; "
+                             f"{self.canary.workdir / (name + '.log')}): starting it again in {wait[name]:.0f} s")
+                elif now >= due[name]:
+                    del due[name]
+                    self.canary.start(name)
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the group committed past every record the canary topic holds (the writers
+        have stopped); False when it did not within ``timeout_s``."""
+        if committed_to_the_end(self.cfg, self.canary.group, self.canary.topic, timeout_s):
+            return True
+        self.say(f"the group canary did not consume the canary topic to its end within {timeout_s:.0f} s")
+        return False
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.canary.stop()
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        exits = CounterMetricFamily("vigil_group_member_exits", "group canary member processes that ended by "
+                                    "themselves (each started again)", labels=["member"])
+        for name in self.canary.names:
+            exits.add_metric([name], self.exits.get(name, 0))
+        yield exits

@@ -29,8 +29,9 @@ from invariants.model import RC, RU, Read, Violation
 from monitor.metrics import E2E_BUCKETS
 from monitor.record_format import FLAG_INTENDED_ABORT
 from monitor.eos import output_format
+from monitor.group import observations
 from monitor.watch.executor import (
-    HEADER_COLUMNS, KIND_CANARY, KIND_NAMES, SRC_EOS_OUTPUT, SRC_LEDGER, decode_values, unsigned,
+    HEADER_COLUMNS, KIND_CANARY, KIND_NAMES, SRC_EOS_OUTPUT, SRC_GROUP_OBS, SRC_LEDGER, decode_values, unsigned,
 )
 
 SRC_RC, SRC_RU = 0, 1
@@ -45,9 +46,12 @@ class BatchStats:
 
 
 def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str | None],
-                now: float | None = None, eos: EosInput | None = None) -> tuple[list[Violation], BatchStats]:
+                now: float | None = None, eos: EosInput | None = None,
+                group_reader_at: dict[int, int] | None = None) -> tuple[list[Violation], BatchStats]:
     """Feed one micro-batch to the checker: ledger first, then each reader's partitions, then
-    the EOS pipeline's output and what the watch knows of the pipeline (``eos``)."""
+    the EOS pipeline's output and what the watch knows of the pipeline (``eos``), then the group
+    canary's observations with where the read_committed reader of the canary stands
+    (``group_reader_at``, None: no group watched)."""
     now = time.time() if now is None else now
     stats = BatchStats()
     checker.begin_batch()
@@ -70,6 +74,8 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
         _apply_reads(checker, iso, part, fresh_id, now, stats)
     if eos is not None:
         _apply_eos(checker, table, eos, stats)
+    if group_reader_at is not None:
+        _apply_group(checker, table, group_reader_at, stats)
     return checker.settle(), stats
 
 
@@ -98,6 +104,20 @@ def _apply_eos(checker: Checker, table: pa.Table, eos: EosInput, stats: BatchSta
         checker.apply_eos_output(q, by_partition.get(q, []), eos.positions.get(q))
     if eos.sample is not None:
         checker.eos_committed(*eos.sample)
+
+
+def _apply_group(checker: Checker, table: pa.Table, reader_at: dict[int, int], stats: BatchStats) -> None:
+    rows = table.filter(pc.equal(table.column("src"), SRC_GROUP_OBS))
+    seen = []
+    if rows.num_rows:
+        rows = rows.sort_by([("offset", "ascending")])
+        for off, value in zip(rows.column("offset").to_pylist(), rows.column("value").to_pylist()):
+            obs = observations.decode(value)
+            if obs is None:
+                stats.malformed["group_observation"] += 1
+            else:
+                seen.append((off, obs))
+    checker.apply_group_observations(seen, reader_at)
 
 
 def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Counter, np.ndarray]:

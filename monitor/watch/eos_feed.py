@@ -11,13 +11,13 @@ fails is skipped (the next samples again: judging waits, nothing is judged wrong
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
 from monitor import clients
 from monitor.config import Config
-from monitor.eos.audit import committed_by
+from monitor.watch.offset_log import batch_ends
+from monitor.audit.reader import committed_by
 
 
 class EosFeed:
@@ -31,22 +31,8 @@ class EosFeed:
         self.failed_samples = 0
 
     def positions_at(self, batch_id: int) -> dict[int, int]:
-        """The output reader's end offsets for ``batch_id``, from Spark's offset log ({} if absent).
-        The log's first two lines are its version and metadata; then one JSON object per source,
-        keyed by topic name: the output topic's is this source's."""
-        path = self.cfg.spark_checkpoint_dir() / "offsets" / str(batch_id)
-        try:
-            lines = path.read_text().splitlines()[2:]
-        except OSError:
-            return {}
-        for line in lines:
-            try:
-                ends = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ends, dict) and isinstance(ends.get(self.topic), dict):
-                return {int(q): int(off) for q, off in ends[self.topic].items()}
-        return {}
+        """The output reader's end offsets for ``batch_id``, from Spark's offset log ({} if absent)."""
+        return batch_ends(self.cfg.spark_checkpoint_dir(), batch_id, self.topic)
 
     def sample(self) -> tuple[dict[int, int], dict[int, int], list[int]] | None:
         """(committed offsets of the group on the canary topic, the output's high watermarks after,

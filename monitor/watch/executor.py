@@ -30,6 +30,7 @@ from monitor.record_format import HEADER_SIZE, MAGIC, decode_header_rows
 
 SRC_LEDGER = 2
 SRC_EOS_OUTPUT = 3  # the EOS pipeline's output topic (rows keep their value, as the ledger's do)
+SRC_GROUP_OBS = 4  # the group canary's observation log (rows keep their value too)
 KIND_LEDGER, KIND_CANARY, KIND_FOREIGN, KIND_MALFORMED = -1, 0, 1, 2
 KIND_NAMES = {KIND_FOREIGN: "foreign", KIND_MALFORMED: "malformed"}
 

@@ -52,9 +52,9 @@ class _Freshness(StreamingQueryListener):
 
 
 def _same_sources_as_the_checkpoint(cfg: Config) -> None:
-    """Spark resumes a query only over the sources its checkpoint has: switching ``eos.enabled``
-    (a fourth source) under an existing checkpoint would fail every restart of the query. Refused
-    at once, with the way out."""
+    """Spark resumes a query only over the sources its checkpoint has: switching ``eos.enabled`` or
+    ``groups.enabled`` (one more source each) under an existing checkpoint would fail every restart
+    of the query. Refused at once, with the way out."""
     offsets = cfg.spark_checkpoint_dir() / "offsets"
     logs = sorted((int(f.name), f) for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else []
     if not logs:
@@ -63,13 +63,14 @@ def _same_sources_as_the_checkpoint(cfg: Config) -> None:
         had = len([line for line in logs[-1][1].read_text().splitlines()[2:] if line.strip()])
     except OSError:
         return
-    want = 4 if cfg.eos.enabled else 3
+    want = 3 + cfg.eos.enabled + cfg.groups.enabled
     if had != want:
         from monitor.watch.state import StateError
 
         raise StateError(f"{cfg.spark_checkpoint_dir()}: the Spark checkpoint reads {had} sources, this config "
-                         f"{want} (eos.enabled is {str(cfg.eos.enabled).lower()}): set eos.enabled back, or start "
-                         "the checker afresh over what the topics retain: `vigil state rebuild`")
+                         f"{want} (eos.enabled is {str(cfg.eos.enabled).lower()}, groups.enabled is "
+                         f"{str(cfg.groups.enabled).lower()}): set them back, or start the checker afresh over "
+                         "what the topics retain: `vigil state rebuild`")
 
 
 def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,

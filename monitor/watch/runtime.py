@@ -30,6 +30,7 @@ from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch.batch import EosInput, apply_batch
 from monitor.watch.eos_feed import EosFeed
+from monitor.watch.offset_log import batch_ends
 from monitor.watch.executor import decode_table
 from monitor.watch.evidence import EvidenceLog
 from monitor.watch.prober import Prober
@@ -106,6 +107,9 @@ class WatchRuntime:
         state = state_store.load(self.dir, self.settings, self.watched)
         # the EOS pipeline the checker judges (eos.enabled): the one reading the canary topic
         state.checker.eos_source = self.cfg.canary.name if self.cfg.eos.enabled else ""
+        # the group canary the checker judges (groups.enabled): the one reading the canary topic
+        state.checker.group_source = self.cfg.canary.name if self.cfg.groups.enabled else ""
+        state.checker.groups.stall_ms = self.cfg.groups.stall_ms
         return state
 
     def _revert(self) -> None:
@@ -145,13 +149,17 @@ class WatchRuntime:
             table = decode_table(table)
         # the EOS pipeline: where the output reader stands, then the group's offsets and the output's ends
         eos = None if self.eos_feed is None else EosInput(self.eos_feed.positions_at(batch_id), self.eos_feed.sample())
+        # the group canary: where the read_committed reader of the canary stands after this batch
+        group_reader_at = (batch_ends(self.cfg.spark_checkpoint_dir(), batch_id, self.cfg.canary.name)
+                           if self.cfg.groups.enabled else None)
         fetched = time.monotonic()
         with self.lock:
             if batch_id <= self.state.batch_id:
                 return
             try:
                 self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
-                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=eos)
+                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=eos,
+                                                group_reader_at=group_reader_at)
                 checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)

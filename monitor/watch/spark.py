@@ -93,14 +93,16 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
 
 
 def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True) -> DataFrame:
-    """The three sources as Kafka rows (the bench's no-op reads these), and the EOS pipeline's
-    output when ``eos.enabled``."""
+    """The three sources as Kafka rows (the bench's no-op reads these), the EOS pipeline's output
+    when ``eos.enabled``, and the group canary's observations when ``groups.enabled``."""
     df = source(spark, cfg, cfg.canary.name, "read_committed", 0).unionByName(
         source(spark, cfg, cfg.canary.name, "read_uncommitted", 1))
     if with_ledger:
         df = df.unionByName(source(spark, cfg, cfg.ledger.topic, "read_committed", 2, ledger=True))
     if cfg.eos.enabled:  # the EOS pipeline's output (invariants.eos)
         df = df.unionByName(source(spark, cfg, cfg.eos.output_topic, "read_committed", 3))
+    if cfg.groups.enabled:  # the group canary's observation log (invariants.groups)
+        df = df.unionByName(source(spark, cfg, cfg.groups.observation_topic, "read_uncommitted", 4))
     return df
 
 

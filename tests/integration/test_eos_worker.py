@@ -14,7 +14,8 @@ import yaml
 
 from invariants.eos import AFTER_ABORT_CLASSES
 from monitor import clients
-from monitor.eos.audit import audit, committed_offsets
+from monitor.audit.reader import committed_offsets
+from monitor.eos.audit import audit
 from monitor.eos.worker import EosWorker
 from tests.integration.helpers import read_all, vigil, write_source_with_aborts
 

@@ -27,11 +27,15 @@ def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record_th
     transactional writers on the same partitions: whatever write cycles (G0, which Kafka allows)
     they show, live == audit; nothing else is counted. The EOS pipeline canary runs too (its Java
     worker aborting every 5th transaction): no eos_loss, no eos_duplicate, live or in its audit,
-    over every record it judged; where it resumed after each abort is exported."""
+    over every record it judged; where it resumed after each abort is exported. So does the
+    consumer-group canary (three member processes): no group_skip, group_rewind or rebalance_stall,
+    live or in its audit, over every record read_committed holds."""
     writers = [{"name": "idempotent", "rate": 200}, {"name": "txn", "transactional": True, "rate": 40},
                {"name": "txn2", "transactional": True, "rate": 40}]
     cfg, path = watch_config(cluster_ready, tmp_path, "clean", 29471, writers=writers,
-                             eos={"enabled": True, "output_topic": "it-clean-eos-out", "group": "vigil-it-clean-eos"})
+                             eos={"enabled": True, "output_topic": "it-clean-eos-out", "group": "vigil-it-clean-eos"},
+                             groups={"enabled": True, "group": "vigil-it-clean-group",
+                                     "observation_topic": "it-clean-group-obs"})
     run = Background(path, "run", "--duration", "120", "--json", name="run")
     port = cfg.metrics.port
     wait_for(lambda: metrics_up(port), 90, "the first batch")
@@ -79,8 +83,15 @@ def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record_th
     eos = json.loads(vigil(path, "eos", "audit", "--json", timeout=300).stdout.strip().splitlines()[-1])
     # the worker consumed everything read_committed holds before it stopped, and all was judged
     assert eos["judged_records"] == eos["source_records"] == expected["read_committed"], eos
+    assert audit["read_committed"]["group_skip"] == audit["read_committed"]["group_rewind"] == 0
+    assert audit["read_committed"]["rebalance_stall"] == 0
+    group = json.loads(vigil(path, "group", "audit", "--json", timeout=300).stdout.strip().splitlines()[-1])
+    # the members consumed everything read_committed holds before they stopped, and all was judged
+    assert group["judged_records"] == group["reference_records"] == expected["read_committed"], group
+    assert group["malformed_observations"] == 0 and group["drills"] == []
     print(f"write cycles between the two transactional writers in 120 s: {cycles}; EOS records judged "
-          f"{eos['judged_records']}")
+          f"{eos['judged_records']}; group canary records judged {group['judged_records']}, redeliveries "
+          f"{group['redeliveries']}, rebalances {group['rebalances']}")
 
 
 def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_ready, tmp_path):
@@ -161,19 +172,23 @@ def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_
 def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready, tmp_path):
     """Counts restored across a kill -9 of the watch, drills made while it was down found once; the
     EOS pipeline canary (`vigil eos run` beside it) judged live through the restart: its drills'
-    eos_loss and eos_duplicate exactly as injected and as `vigil audit` finds them."""
+    eos_loss and eos_duplicate exactly as injected and as `vigil audit` finds them; so is the
+    consumer-group canary (`vigil group run` beside it): its group_skip and group_rewind drills."""
     cfg, path = watch_config(cluster_ready, tmp_path, "restart", 29473,
                              writers=[{"name": "idempotent", "rate": 200}],
                              watch={"evidence": {"topic": "it-restart-evidence"}},
                              eos={"enabled": True, "output_topic": "it-restart-eos-out",
-                                  "group": "vigil-it-restart-eos"})
+                                  "group": "vigil-it-restart-eos"},
+                             groups={"enabled": True, "group": "vigil-it-restart-group",
+                                     "observation_topic": "it-restart-group-obs"})
     port = cfg.metrics.port
     writer = Background(path, "produce", "--duration", "90", name="produce")
     watch = Background(path, "watch", name="watch1")
-    pipeline = None
+    pipeline = group = None
     try:
         wait_for(lambda: metrics_up(port), 90, "the first batch")
         pipeline = Background(path, "eos", "run", "--json", name="eos")
+        group = Background(path, "group", "run", name="group")
         vigil_json(path, "drill", "duplicate", "--count", "2")
         # both isolations: the read_committed source may reach the drill a batch later, and a
         # snapshot taken between the two would expect the late ones among the downtime's drills
@@ -188,21 +203,34 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
         first = wait_for(lambda: violations(port), 60, "/metrics after the restart")
         assert first == before  # restored before /metrics answered: never reset, never doubled
         assert sample(port, "vigil_records_checked_total", isolation="read_committed") >= checked_before
+        # the EOS pipeline's and the group canary's drills, judged live by the restarted watch (asked
+        # at once: each needs records still being written)
+        vigil(path, "eos", "drill", "eos_duplicate")
+        vigil(path, "eos", "drill", "eos_loss")
+        vigil(path, "group", "drill", "group_skip", "--member", "m0")
+        vigil(path, "group", "drill", "group_rewind", "--member", "m1")
         want = dict(before)
         for k in [("reorder", "read_committed"), ("reorder", "read_uncommitted")]:
             want[k] += 2
         for k in [("lost_write", "read_committed"), ("lost_write", "read_uncommitted")]:
             want[k] += 1
-        wait_for(lambda: violations(port) == want, 90, "the drills made during the downtime",
-                 show=lambda: violations(port))
-        # the EOS pipeline's drills, judged live by the restarted watch
-        vigil(path, "eos", "drill", "eos_duplicate")
-        vigil(path, "eos", "drill", "eos_loss")
+        canaries = ("eos_duplicate", "eos_loss", "group_skip", "group_rewind")
+        wait_for(lambda: {k: n for k, n in violations(port).items() if k[0] not in canaries}
+                 == {k: n for k, n in want.items() if k[0] not in canaries}, 90,
+                 "the drills made during the downtime", show=lambda: violations(port))
         wait_for(lambda: violations(port)[("eos_duplicate", "read_committed")] == 1
                  and violations(port)[("eos_loss", "read_committed")] > 0, 90, "the EOS drills found live",
                  show=lambda: violations(port))
+        wait_for(lambda: violations(port)[("group_skip", "read_committed")] > 0
+                 and violations(port)[("group_rewind", "read_committed")] > 0, 90, "the group drills found live",
+                 show=lambda: violations(port))
         assert writer.wait(240) == 0, writer.tail()
         assert pipeline.stop() == 0, pipeline.tail()
+        assert group.stop() == 0, group.tail()
+        told = vigil(path, "group", "audit", "--json", check=False)  # (exit 1: it found the drills)
+        group_drills = {d["d"]: d for d in json.loads(told.stdout.strip().splitlines()[-1])["drills"]}
+        want[("group_skip", "read_committed")] = len(group_drills["group_skip"]["offsets"])
+        want[("group_rewind", "read_committed")] = len(group_drills["group_rewind"]["offsets"])
         drills = pipeline.stdout_json()["drills"]
         assert [d["offset"] for d in drills if d["kind"] == "eos_duplicate"], drills
         want[("eos_duplicate", "read_committed")] = 1
@@ -214,8 +242,9 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
         checked = {iso: sample(port, "vigil_records_checked_total", isolation=iso)
                    for iso in ("read_committed", "read_uncommitted")}
     finally:
-        if pipeline is not None:
-            pipeline.stop()
+        for side in (pipeline, group):
+            if side is not None:
+                side.stop()
         watch.stop()
         writer.stop()
     assert nonzero(audit_counts(vigil_json(path, "audit"))) == nonzero(live)

@@ -24,7 +24,8 @@ from monitor.config import Config, parse
 from tests.integration.helpers import VIGIL, read_ledger
 
 HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",
-           "aborted_read", "partial_txn", "outcome_gap", "g0_write_cycle", "eos_loss", "eos_duplicate")
+           "aborted_read", "partial_txn", "outcome_gap", "g0_write_cycle", "eos_loss", "eos_duplicate", "group_skip",
+           "group_rewind")
 
 
 def watch_config(cluster_env: dict, tmp: Path, name: str, port: int, **extra: Any) -> tuple[Config, Path]:

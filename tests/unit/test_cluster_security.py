@@ -46,11 +46,12 @@ def test_key_material_is_made_once_owner_only_and_valid_for_loopback(tmp_path):
 def test_the_canary_principal_gets_its_own_topics_ids_and_groups_and_nothing_cluster_wide():
     cfg = parse({"kafka": {"security": {"protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
                                         "sasl_username": "canary", "sasl_password": "x"}},
-                 "canary": {"name": "c1"}, "ledger": {"topic": "l1"}, "eos": {"output_topic": "e1"}}, "t.yaml")
+                 "canary": {"name": "c1"}, "ledger": {"topic": "l1"}, "eos": {"output_topic": "e1"},
+                 "groups": {"observation_topic": "g1"}}, "t.yaml")
     acls = canary_acls(cfg)
     assert {a.principal for a in acls} == {"User:canary"}
     topics = {(a.name, a.operation) for a in acls if a.restype == ResourceType.TOPIC}
-    assert {n for n, _ in topics} == {"c1", "l1", "e1"}
+    assert {n for n, _ in topics} == {"c1", "l1", "e1", "g1"}
     assert all(a.resource_pattern_type == ResourcePatternType.LITERAL for a in acls if a.restype == ResourceType.TOPIC)
     assert AclOperation.ALL not in {a.operation for a in acls} and AclOperation.DELETE not in {op for _, op in topics}
     assert not any(a.restype == ResourceType.BROKER for a in acls)  # the cluster resource

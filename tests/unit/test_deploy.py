@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from invariants.catalog import CATALOG
 from monitor.cluster.jars import SPARK_KAFKA_CONNECTOR
 from monitor.config import parse
+from monitor.eos.runner import EosPipeline
+from monitor.group.runner import GroupRunner
 from monitor.metrics import producer_metrics
 from monitor.watch.runtime import WatchRuntime
 
@@ -101,6 +103,8 @@ def exported_metric_names(tmp_path) -> set[str]:
     registry = CollectorRegistry()
     producer_metrics(registry).init_writer("w", transactional=True)
     WatchRuntime(cfg).serve_metrics(registry)
+    EosPipeline(cfg, registry)  # what `vigil run` adds with eos.enabled and groups.enabled
+    GroupRunner(cfg, registry)
     names: set[str] = set()
     for line in generate_latest(registry).decode().splitlines():
         if line.startswith("# TYPE "):  # families without samples yet still declare their type

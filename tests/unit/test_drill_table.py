@@ -24,7 +24,7 @@ def test_expected_counts_scale_with_count():
 
 def test_catalog_covers_every_invariant():
     assert set(CATALOG) == set(Invariant)
-    assert len(series()) == 2 * 8 + 6 + 2  # both-level invariants, rc-only, writer-side
+    assert len(series()) == 2 * 8 + 9 + 2  # both-level invariants, rc-only, writer-side
 
 
 def test_zero_offset_claims_below_the_listed_log_start_count_no_mismatch():

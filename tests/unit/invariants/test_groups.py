@@ -3,6 +3,7 @@ group really did, fed in any split of the reference reader's reads and judged at
 
 from __future__ import annotations
 
+import json
 import random
 
 from hypothesis import given, settings
@@ -178,13 +179,20 @@ class Sim:
 
 def judged(sim: Sim, seed: int, *, split: bool) -> tuple[GroupJudge, list]:
     """The judge fed the sim's observations and the log as a reader read it; with ``split``, the
-    reads arrive in random pieces between observations and ``judge`` is called at random moments."""
+    reads arrive in random pieces between observations, ``judge`` is called at random moments,
+    and now and then the judge is saved and restored (a restart), and a piece of the observation
+    log already taken is fed again (a batch read again)."""
     rng = random.Random(seed)
     judge = GroupJudge(stall_ms=10**9)
     found = []
     cursor = {p: 0 for p in sim.log}
     for at, obs in enumerate(sim.obs):
+        if split and at and rng.random() < 0.05:
+            for again in range(max(0, at - 3), at):
+                judge.observe(again, sim.obs[again])
         judge.observe(at, obs)
+        if split and rng.random() < 0.05:
+            judge = GroupJudge.from_doc(json.loads(json.dumps(judge.to_doc())))
         if split and rng.random() < 0.3:
             p = rng.choice(list(sim.log))
             n = rng.randint(0, 5)

@@ -1,0 +1,82 @@
+"""The group canary's way into the live checker: observation rows of a micro-batch (malformed ones
+counted), the canary reader's position from Spark's offset log, the checker's saved document, and
+the checkpoint's sources held against the config."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from invariants.checker import Checker
+from invariants.model import RC, Read, Settings
+from monitor.config import parse
+from monitor.group import observations
+from monitor.watch.batch import apply_batch
+from monitor.watch.executor import decode_table
+from monitor.watch.main import _same_sources_as_the_checkpoint
+from monitor.watch.offset_log import batch_ends
+from monitor.watch.state import StateError
+from tests.unit.test_eos_wiring import offset_log
+
+
+def rows(obs: list[bytes], first: int = 0) -> pa.Table:
+    n = len(obs)
+    return decode_table(pa.table({
+        "src": pa.array([4] * n, pa.int8()), "topic": ["obs"] * n, "partition": pa.array([0] * n, pa.int32()),
+        "offset": pa.array(range(first, first + n), pa.int64()), "value": pa.array(obs, pa.binary()),
+        "ts_us": pa.array([0] * n, pa.int64())}))
+
+
+def history() -> list[bytes]:
+    e = observations.encode
+    return [e("a", "assigned", p=[0]), e("a", "consumed", r={"0": [[0, 4]]}), b"junk",
+            e("a", "intent", o={"0": 6}), e("a", "ack", r="ok"),  # passes 4 and 5: nobody consumed them
+            e("a", "lost", p=[0]), e("b", "assigned", p=[0]), e("b", "consumed", r={"0": [[5, 3]]})]  # 5 < 6: rewind
+
+
+def test_observation_rows_reach_the_checker_and_a_skip_waits_for_the_reader_then_survives_a_restart():
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5)])
+    found, stats = apply_batch(ck, rows(history()[:5]), lambda _n: "tid", group_reader_at={0: 5})
+    assert stats.malformed["group_observation"] == 1
+    # offset 5 not read yet: the commit of 6 judged up to it only
+    assert [(v.invariant.value, v.offsets) for v in found] == [("group_skip", (4,))]
+    ck = Checker.from_doc(json.loads(json.dumps(ck.to_doc())), Settings())  # a restart
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5, 9)])
+    found, _ = apply_batch(ck, rows(history(), 0), lambda _n: "tid", group_reader_at={0: 9})  # 0..4 read again
+    assert sorted((v.invariant.value, v.partition, v.offsets) for v in found) == [
+        ("group_rewind", 0, (5,)), ("group_skip", 0, (5,))]
+    assert all(v.topic_id == "tid" for v in found)
+    assert ck.groups.redeliveries == 0
+
+
+def test_no_group_watched_takes_nothing():
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    found, _ = apply_batch(ck, rows(history()), lambda _n: "tid", group_reader_at={0: 9})
+    assert found == [] and ck.groups.next_at == 0
+
+
+def test_the_canary_readers_position_is_the_lowest_of_its_sources_in_sparks_offset_log(tmp_path):
+    cfg = parse({"state_dir": str(tmp_path), "canary": {"name": "canary"}}, "t.yaml")
+    offset_log(cfg, 3, [{"canary": {"0": 9, "1": 4}}, {"canary": {"0": 7, "1": 6}}, {"ledger": {"0": 3}}])
+    assert batch_ends(cfg.spark_checkpoint_dir(), 3, "canary") == {0: 7, 1: 4}
+    assert batch_ends(cfg.spark_checkpoint_dir(), 4, "canary") == {}
+
+
+def test_switching_groups_under_an_existing_checkpoint_is_refused_with_the_way_out(tmp_path):
+    def cfg(groups: bool, eos: bool = False):
+        return parse({"state_dir": str(tmp_path), "groups": {"enabled": groups}, "eos": {"enabled": eos}}, "t.yaml")
+
+    offset_log(cfg(True), 0, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {"o": {"0": 1}}])
+    _same_sources_as_the_checkpoint(cfg(True))
+    _same_sources_as_the_checkpoint(cfg(False, eos=True))  # (the count is all Spark can check)
+    with pytest.raises(StateError, match="groups.enabled is false.*vigil state rebuild"):
+        _same_sources_as_the_checkpoint(cfg(False))
+    with pytest.raises(StateError, match="reads 4 sources, this config 5"):
+        _same_sources_as_the_checkpoint(cfg(True, eos=True))
