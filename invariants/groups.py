@@ -43,7 +43,9 @@ closes. A member stopped on purpose (``stopped``) starts no clock for the partit
 
 **Rebalances** are counted from each member's ``progress`` (librdkafka's own count and its last
 reason): a static member restarted within its session timeout must cause none in the others
-under the classic protocol (KIP-345).
+under the classic protocol (KIP-345). ``progress`` also says, per partition, which broker serves
+the member's fetches, the leader, and the member's lag: a rack-aware member (``client.rack``)
+fetches from a follower in its rack (KIP-392); what it consumed is judged by the same rules.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class GroupJudge:
     rebalances: Counter = field(default_factory=Counter)  # (member, reason) -> rebalances
     redeliveries: int = 0
     judged_records: int = 0  # reference records a commit passed and that were judged
+    fetching: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)  # (member, p) -> (broker, leader, lag)
     findings: list[GroupFinding] = field(default_factory=list)  # the observation-side ones, not returned yet
     next_at: int = 0  # the next observation's offset (one read before is passed over)
 
@@ -129,6 +132,7 @@ class GroupJudge:
         elif kind in ("revoked", "lost"):
             for p in obs.get("p", []):
                 self.spans.pop((member, int(p)), None)
+                self.fetching.pop((member, int(p)), None)
         elif kind == "stopped":
             for (m, p) in [k for k in self.spans if k[0] == member]:
                 self.alive_at.pop(p, None)
@@ -147,6 +151,8 @@ class GroupJudge:
             for p in obs.get("p", []):
                 if (member, int(p)) in self.spans:
                     self._alive(int(p), ts, member, at)
+            for p_str, (broker, leader, lag) in (obs.get("ff") or {}).items():
+                self.fetching[(member, int(p_str))] = (int(broker), int(leader), int(lag))
             count, reason = int(obs.get("rc", 0)), str(obs.get("rr", ""))
             if count > self.rebalance_seen.get(member, count):
                 self.rebalances[(member, reason)] += count - self.rebalance_seen[member]
@@ -155,6 +161,8 @@ class GroupJudge:
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
             del self.spans[key]
+        for key in [k for k in self.fetching if k[0] == member]:
+            del self.fetching[key]
         self.rebalance_seen.pop(member, None)
 
     def _alive(self, p: int, ts: int, member: str, at: int) -> None:
@@ -281,6 +289,7 @@ class GroupJudge:
         return {
             "stall_ms": self.stall_ms, "next_at": self.next_at, "redeliveries": self.redeliveries,
             "judged_records": self.judged_records,
+            "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
             "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack] for (m, p), s in self.spans.items()],
             "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result]
                         for c in self.commits],
@@ -302,6 +311,7 @@ class GroupJudge:
         j = cls(stall_ms=int(doc.get("stall_ms", 60_000)))
         j.next_at, j.redeliveries = int(doc.get("next_at", 0)), int(doc.get("redeliveries", 0))
         j.judged_records = int(doc.get("judged_records", 0))
+        j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
         j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o))
                    for m, p, a, f, s, o in doc.get("spans", [])}
         j.commits = [_Commit(str(m), {int(p): int(v) for p, v in values.items()}, int(i),

@@ -292,6 +292,9 @@ class GroupsConfig(_Model):
                                    "members append their observations to: assignments, records consumed, "
                                    "commits and their results, progress")
     commit_interval_ms: int = Field(500, ge=10, description="how often a member commits what it consumed")
+    rack: str = Field("rack-1", description="client.rack of the last member: where the brokers have broker.rack "
+                      "and a rack-aware replica.selector.class (the local cluster: rack-<node id>), it fetches from "
+                      "a follower in that rack (KIP-392); empty = no rack-aware member")
     stall_ms: int = Field(60000, ge=100, description="rebalance_stall: a partition with no owner alive on it "
                           "for longer than this")
 

@@ -145,6 +145,7 @@ class WatchSnapshot:
     ledger_placement: str = "shared"  # Config.ledger_placement
     group_redeliveries: int = 0  # the group canary's (invariants.groups)
     group_rebalances: dict = field(default_factory=dict)  # (member, reason) -> rebalances librdkafka counted
+    group_fetching: dict = field(default_factory=dict)  # (member, partition) -> (broker fetched from, leader, lag)
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation")
@@ -289,6 +290,18 @@ class WatchCollector:
         for (member, reason), n in sorted(s.group_rebalances.items()):
             reb.add_metric([member, reason], n)
         yield reb
+        follower = GaugeMetricFamily("vigil_group_fetch_from_follower", "1 where a follower serves a group canary "
+                                     "member's fetches of a partition (a rack-aware member, KIP-392), 0 where "
+                                     "its leader does; from the member's last progress report",
+                                     labels=["member", "partition"])
+        lag = GaugeMetricFamily("vigil_group_lag_records", "A group canary member's consumer lag per partition "
+                                "(its client's statistics, last progress report): a follower-served member's extra "
+                                "lag against the others", labels=["member", "partition"])
+        for (member, p), (broker, leader, behind) in sorted(s.group_fetching.items()):
+            follower.add_metric([member, str(p)], int(broker >= 0 and broker != leader))
+            lag.add_metric([member, str(p)], max(behind, 0))
+        yield follower
+        yield lag
         unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
                                    "reader has not reached yet (late, not lost).", labels=["isolation"])
         for iso in READERS:

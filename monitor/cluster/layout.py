@@ -147,6 +147,10 @@ class ClusterLayout:
             # topic that allows it (default 5 minutes): a chaos day cannot wait that long.
             "unclean.leader.election.interval.ms": "1000",
             "group.initial.rebalance.delay.ms": "0",
+            # One rack per node, and followers serve fetches to clients of their rack (KIP-392):
+            # the group canary's rack-aware member (groups.rack) reads from a follower.
+            "broker.rack": rack_of(node_id),
+            "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
         }
         if c.security == "sasl_ssl":
             props["listener.security.protocol.map"] = "CLIENT:SASL_SSL,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT"
@@ -183,3 +187,8 @@ def _prop_value(value: object) -> str:
 
 def render_properties(props: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def rack_of(node_id: int) -> str:
+    """The rack a local cluster node is in (``broker.rack``): one per node."""
+    return f"rack-{node_id}"

@@ -10,7 +10,9 @@ appends what it does to the observation log (one partition; the format is
   group took partitions away without asking (no commit);
 - ``consumed`` per poll; before each commit the ``consumed`` observations are flushed, then the
   ``intent``, then the commit is sent (synchronously) and its ``ack`` appended;
-- ``progress`` every second: owned partitions, librdkafka's rebalance count and last reason;
+- ``progress`` every second: owned partitions, librdkafka's rebalance count and last reason, and
+  per owned partition the broker it is fetched from, its leader and the consumer lag (from the
+  statistics: a follower serves a rack-aware member, ``--rack``, KIP-392);
 - ``fatal`` when the consumer hit a fatal error (a static member started again while the group
   still holds its previous instance, under the consumer protocol: UNRELEASED_INSTANCE_ID); it
   then exits with status 3 for its runner to start it again.
@@ -51,6 +53,17 @@ EXIT_FATAL = 3  # the consumer hit a fatal error: start it again
 SKIP_RECORDS = 3  # what a group_skip drill drops / a group_rewind drill goes back
 
 
+def fetch_sources(stats: dict[str, Any], topic: str) -> dict[int, list[int]]:
+    """Per partition of ``topic`` in librdkafka's statistics: [the broker it is fetched from, its
+    leader, the consumer lag]. The broker fetching a partition is the one whose ``toppars`` hold
+    it — a follower when the leader's replica selector chose one for this client's rack."""
+    served = {int(tp["partition"]): int(b.get("nodeid", -1)) for b in (stats.get("brokers") or {}).values()
+              for tp in (b.get("toppars") or {}).values() if tp.get("topic") == topic}
+    parts = ((stats.get("topics") or {}).get(topic) or {}).get("partitions") or {}
+    return {p: [broker, int(parts[str(p)].get("leader", -1)), int(parts[str(p)].get("consumer_lag", -1))]
+            for p, broker in served.items() if str(p) in parts and p >= 0}
+
+
 class Member:
     def __init__(self, base: dict[str, Any], args: argparse.Namespace) -> None:
         self.args = args
@@ -73,10 +86,13 @@ class Member:
                          "partition.assignment.strategy": "cooperative-sticky"})
         if args.static:
             conf["group.instance.id"] = f"{args.group}-{self.name}"
+        if args.rack:  # fetch from a replica in this rack where the brokers allow it (KIP-392)
+            conf["client.rack"] = args.rack
         self.consumer = Consumer(conf)
         self.positions: dict[int, int] = {}  # consumed up to (next offset), per owned partition
         self.committed: dict[int, int] = {}  # what its last acknowledged commit named
         self.rebalances = (0, "")
+        self.fetching: dict[int, list[int]] = {}  # p -> [broker fetched from, leader, consumer lag], from the stats
         self.rewinding: dict[int, tuple[int, list[int]]] = {}  # p -> (acked value, offsets consumed below it)
         self.fatal = ""  # the fatal error that ended it
 
@@ -92,9 +108,11 @@ class Member:
 
     def _stats(self, text: str) -> None:
         try:
-            cgrp = json.loads(text).get("cgrp") or {}
+            stats = json.loads(text)
+            cgrp = stats.get("cgrp") or {}
             self.rebalances = (int(cgrp.get("rebalance_cnt", 0)), str(cgrp.get("rebalance_reason", "")))
-        except ValueError:
+            self.fetching = fetch_sources(stats, self.topic)
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass
 
     # -- the group ----------------------------------------------------------------------------
@@ -105,19 +123,27 @@ class Member:
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = sorted(tp.partition for tp in partitions)
         self.commit(only=gone)
-        for p in gone:
-            self.positions.pop(p, None)
-            self.rewinding.pop(p, None)
+        self._forget(gone)
         self.note("revoked", p=gone)
         self.flush()
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = sorted(tp.partition for tp in partitions)
-        for p in gone:
-            self.positions.pop(p, None)
-            self.rewinding.pop(p, None)
+        self._forget(gone)
         self.note("lost", p=gone)
         self.flush()
+
+    def _forget(self, gone: list[int]) -> None:
+        """Partitions taken away: a rewind drill on one of them ends with what it re-consumed (asked
+        again when that was nothing)."""
+        for p in gone:
+            self.positions.pop(p, None)
+            if p in self.rewinding:
+                _value, below = self.rewinding.pop(p)
+                if below:
+                    self.note("drill", d="group_rewind", p=p, offsets=below)
+                elif self.control:
+                    Path(f"{self.control}.group_rewind").write_bytes(b"")
 
     def commit(self, only: list[int] | None = None) -> None:
         offsets = {p: o for p, o in self.positions.items()
@@ -207,7 +233,8 @@ class Member:
                     last_commit = now
                 if now - last_progress >= 1.0:
                     owned = sorted(tp.partition for tp in self.consumer.assignment())
-                    self.note("progress", p=owned, rc=self.rebalances[0], rr=self.rebalances[1])
+                    self.note("progress", p=owned, rc=self.rebalances[0], rr=self.rebalances[1],
+                              ff={str(p): self.fetching[p] for p in owned if p in self.fetching})
                     last_progress = now
         finally:
             if not self.fatal:
@@ -240,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-timeout-ms", type=int, default=10000)
     ap.add_argument("--commit-interval-ms", type=int, default=500)
     ap.add_argument("--control", default="")
+    ap.add_argument("--rack", default="", help="client.rack")
     ap.add_argument("--stop-reason", default="stopped")
     args = ap.parse_args(argv)
     base = json.loads(Path(args.conf).read_text())

@@ -56,8 +56,9 @@ class GroupCanary:
     def control(self, member: str) -> Path:
         return self.workdir / f"control.{member}"
 
-    def start(self, member: str | None = None, static: bool | None = None) -> None:
-        """Start every member (or one); ``static`` overrides the configured membership for it."""
+    def start(self, member: str | None = None, static: bool | None = None, rack: str | None = None) -> None:
+        """Start every member (or one); ``static`` overrides the configured membership for it,
+        ``rack`` its ``client.rack`` (by default the last member's is ``groups.rack``)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         conf = self.workdir / "client.json"
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -72,6 +73,9 @@ class GroupCanary:
                    "--protocol", self.protocol, "--session-timeout-ms", str(self.cfg.groups.session_timeout_ms),
                    "--commit-interval-ms", str(self.cfg.groups.commit_interval_ms),
                    "--control", str(self.control(name))] + (["--static"] if is_static else [])
+            client_rack = rack if rack is not None else (self.cfg.groups.rack if name == self.names[-1] else "")
+            if client_rack:
+                cmd += ["--rack", client_rack]
             log = open(self.workdir / f"{name}.log", "ab")
             self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=log)
             self.started_at[name] = time.monotonic()

@@ -1,7 +1,8 @@
 """The consumer-group canary against the real cluster (classic protocol): members killed -9 and
 restarted with static membership cause no rebalance in the others, without it they do; a member
-paused past its session timeout loses its partitions (a stall on them, its late commit refused);
-through all of it nothing is skipped or rewound, and each drill is found exactly."""
+restarted in a follower's rack fetches from that follower (KIP-392); a member paused past its
+session timeout loses its partitions (a stall on them, its late commit refused); through all of
+it nothing is skipped or rewound, and each drill is found exactly."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import uuid
 from collections import Counter
 
 from monitor import clients
+from monitor.cluster.layout import rack_of
 from monitor.group.audit import audit, ensure_observation_topic, read_observations
 from monitor.group.runner import GroupCanary
 from tests.integration.helpers import write_source_with_aborts
@@ -71,11 +73,16 @@ def test_static_restarts_cause_no_rebalance_dynamic_ones_do_a_paused_member_stal
         _wait_consuming(cfg, obs_topic, canary.names, 60)
         time.sleep(2)
 
-        # 1. static: m1 killed -9 and back within its session timeout: no rebalance in m0 and m2
+        # 1. static: m1 killed -9 and back within its session timeout, now in the rack of a follower
+        #    of its partition: no rebalance in m0 and m2, and that follower serves its fetches
+        seen, _bad = read_observations(cfg, obs_topic)
+        fetching = [o["ff"] for _at, o in seen if o["m"] == "m1" and o["k"] == "progress" and o.get("ff")][-1]
+        partition, (_broker, leader, _lag) = sorted(fetching.items())[0]
+        follower = next(n for n in (1, 2, 3) if n != leader)
         before = _obs_end(cfg, obs_topic)
         canary.kill("m1")
         time.sleep(1)
-        canary.start("m1")
+        canary.start("m1", rack=rack_of(follower))
         time.sleep(SESSION_MS / 1000 + 3)
         _wait_consuming(cfg, obs_topic, ["m1"], 30)
         static_done = _obs_end(cfg, obs_topic)
@@ -97,13 +104,19 @@ def test_static_restarts_cause_no_rebalance_dynamic_ones_do_a_paused_member_stal
         # 4. the drills, on a member that owns a partition
         canary.drill("group_skip", "m1")
         canary.drill("group_rewind", "m1")
-        time.sleep(4)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and {o["d"] for _at, o in read_observations(cfg, obs_topic)[0]
+                                               if o["k"] == "drill"} != {"group_skip", "group_rewind"}:
+            time.sleep(1)
     finally:
         stop.set()
         writer.join(30)
         time.sleep(3)  # the members commit what they consumed
         canary.stop()
     seen, malformed = read_observations(cfg, obs_topic)
+    served = [o["ff"][partition] for at, o in seen if before <= at < static_done and o["m"] == "m1"
+              and o["k"] == "progress" and partition in o.get("ff", {})]
+    assert served and served[-1][:2] == [follower, leader], served  # a follower served m1's fetches
     static_rebalances = _rebalances(seen, {"m0", "m2"}, before, static_done)
     dynamic_rebalances = _rebalances(seen, {"m0", "m1"}, static_done, dynamic_done)
     print("rebalances: static restart", static_rebalances, "dynamic restart", dynamic_rebalances)

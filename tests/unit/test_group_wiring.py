@@ -80,3 +80,16 @@ def test_switching_groups_under_an_existing_checkpoint_is_refused_with_the_way_o
         _same_sources_as_the_checkpoint(cfg(False))
     with pytest.raises(StateError, match="reads 4 sources, this config 5"):
         _same_sources_as_the_checkpoint(cfg(True, eos=True))
+
+
+def test_the_broker_serving_a_partition_is_the_one_whose_fetch_list_holds_it():
+    from monitor.group.member import fetch_sources
+
+    stats = {"brokers": {"a:1/1": {"nodeid": 1, "toppars": {"t-0": {"topic": "t", "partition": 0},
+                                                            "u-0": {"topic": "u", "partition": 0}}},
+                         "a:2/2": {"nodeid": 2, "toppars": {"t-1": {"topic": "t", "partition": 1}}},
+                         "a:3/3": {"nodeid": 3, "toppars": {}}},
+             "topics": {"t": {"partitions": {"0": {"leader": 3, "consumer_lag": 7}, "1": {"leader": 2, "consumer_lag": 0},
+                                             "-1": {"leader": -1}}}}}
+    assert fetch_sources(stats, "t") == {0: [1, 3, 7], 1: [2, 2, 0]}  # 0: a follower (node 1) serves it
+    assert fetch_sources({}, "t") == {}
