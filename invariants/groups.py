@@ -35,11 +35,23 @@ the new owner fetched, lowers nothing here: that commit's ``ack`` follows the ne
 a record consumed at or below the highest offset the group had consumed on its partition, and
 not a ``group_rewind``.
 
+**Resets and lost observations.** A member's ``assigned`` says which committed offsets it read
+itself (-1: none — expired, deleted, a new group) and which were out of the log's range (a
+truncated log): there the client starts where ``auto.offset.reset`` (earliest) says, and no floor
+holds. Within an assignment, a backward jump the member did not announce (``seek``, which only
+the rewind drill does) is the client resetting an out-of-range position: no floor holds from
+there either (``resets`` counts both); what is consumed again is redelivered, not rewound. Observations that are missing (a gap in the log's offsets, or its head deleted) make the
+judge forget assignments and commits (no rewind until the next assignment) and stop judging
+``group_skip`` (``observations_lost``): what the members consumed then is unknown. A malformed
+observation is no lost one.
+
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
 member owning it (``assigned``, ``consumed``, ``progress``) — a paused member, a dead one the
 group has not noticed yet, a rebalance that takes long. Counted once per gap, when the gap
-closes. A member stopped on purpose (``stopped``) starts no clock for the partitions it owned.
+closes. A member stopped on purpose (``stopped``) starts no clock for the partitions it owned (and
+an ``assigned`` it writes after that, from inside its close, is ignored); when the whole log was
+silent for longer than ``stall_ms`` (no member ran, or none could write) no clock ran either.
 
 **Rebalances** are counted from each member's ``progress`` (librdkafka's own count and its last
 reason): a static member restarted within its session timeout must cause none in the others
@@ -86,6 +98,9 @@ class _Span:
     floor: int | None = None  # lowest committed offset it may have fetched (None: not known / none)
     started: bool = False  # consumed something
     own_ack: int = -1  # highest commit it acknowledged in this span
+    last: int = -1  # the last offset it consumed
+    seeking: bool = False  # the member said it seeks back (a drill): the next backward jump is its own
+    no_floor: bool = False  # the member saw no committed offset, or one out of the log's range
 
 
 @dataclass
@@ -111,6 +126,11 @@ class GroupJudge:
     fetching: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)  # (member, p) -> (broker, leader, lag)
     findings: list[GroupFinding] = field(default_factory=list)  # the observation-side ones, not returned yet
     next_at: int = 0  # the next observation's offset (one read before is passed over)
+    last_ts: int | None = None  # ms of the last observation of any kind
+    stopped: set[str] = field(default_factory=set)  # members whose process said it stopped (not started since)
+    blind: bool = False  # observations were lost: commits are taken, not judged
+    observations_lost: int = 0  # gaps in the observation log (its head deleted counts as one)
+    resets: int = 0  # positions the members reported reset (out of range)
 
     MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
 
@@ -120,15 +140,31 @@ class GroupJudge:
         (a batch read again), so the log is taken once and in order."""
         if at < self.next_at:
             return
+        if at > self.next_at:
+            self._lost_observations()
         self.next_at = at + 1
         kind, member, ts = obs.get("k"), str(obs.get("m", "")), int(obs.get("t", 0))
+        if self.last_ts is not None and ts - self.last_ts > self.stall_ms:
+            self.alive_at.clear()  # the whole log silent (no member ran, or none could write): no clock ran
+        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         if kind == "started":
             self._end_spans(member)
-            self.pending_ack.pop(member, None)
+            self._unknown_outcome(member, at)
+            self.stopped.discard(member)
         elif kind == "assigned":
+            if member in self.stopped:
+                return  # (from inside its close(), after it said it stopped)
+            committed, out = obs.get("c") or {}, set(obs.get("oor") or [])
             for p in obs.get("p", []):
-                self.spans[(member, int(p))] = _Span(at)
+                # no committed offset, or one out of range: the client starts where auto.offset.reset says
+                no_floor = committed.get(str(p)) == -1 or int(p) in out
+                self.spans[(member, int(p))] = _Span(at, no_floor=no_floor)
+                self.resets += int(p) in out
                 self._alive(int(p), ts, member, at)
+        elif kind == "seek":
+            span = self.spans.get((member, int(obs.get("p", -1))))
+            if span is not None:
+                span.seeking = True
         elif kind in ("revoked", "lost"):
             for p in obs.get("p", []):
                 self.spans.pop((member, int(p)), None)
@@ -137,10 +173,13 @@ class GroupJudge:
             for (m, p) in [k for k in self.spans if k[0] == member]:
                 self.alive_at.pop(p, None)
             self._end_spans(member)
+            self._unknown_outcome(member, at)
+            self.stopped.add(member)
         elif kind == "consumed":
             for p_str, runs in obs.get("r", {}).items():
                 self._consumed(member, int(p_str), run_offsets(runs), at)
-                self._alive(int(p_str), ts, member, at)
+                if (member, int(p_str)) in self.spans:
+                    self._alive(int(p_str), ts, member, at)
         elif kind == "intent":
             commit = _Commit(member, {int(p): int(o) for p, o in obs.get("o", {}).items()}, at)
             self.commits.append(commit)
@@ -157,6 +196,26 @@ class GroupJudge:
             if count > self.rebalance_seen.get(member, count):
                 self.rebalances[(member, reason)] += count - self.rebalance_seen[member]
             self.rebalance_seen[member] = count
+
+    def _unknown_outcome(self, member: str, at: int) -> None:
+        """A member process gone with a commit in flight: its outcome is unknown for good."""
+        commit = self.pending_ack.pop(member, None)
+        if commit is not None:
+            commit.ack_at, commit.result = at, "unknown"
+            self._prune()
+
+    def _lost_observations(self) -> None:
+        """Observations are missing (the log's head deleted by retention, or a gap): what the
+        members did then is not known. Assignments and commits are forgotten (no floor is known:
+        no rewind is judged until the next assignment), and ``group_skip`` is no longer judged —
+        any record may have been consumed then, unseen (judging again from the first record
+        written after the loss needs the records' timestamps: not done yet)."""
+        self.spans.clear()
+        self.commits.clear()
+        self.pending_ack.clear()
+        self.alive_at.clear()
+        self.blind = True
+        self.observations_lost += 1
 
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
@@ -187,7 +246,15 @@ class GroupJudge:
         span = self.spans.get((member, p))
         if span is not None and not span.started:
             span.started = True
-            span.floor = self._fetch_floor(p, span, at)
+            span.floor = None if span.no_floor else self._fetch_floor(p, span, at)
+        if span is not None and offsets and 0 <= offsets[0] <= span.last:  # it went back
+            if span.seeking:
+                span.seeking = False  # the member's own seek: judged
+            else:  # the client reset its position (out of range: a truncated log): no floor holds
+                span.floor, span.own_ack = None, -1
+                self.resets += 1
+        if span is not None and offsets:
+            span.last = offsets[-1]  # (after a jump back, from there)
         floor = -1
         if span is not None:
             floor = max(span.floor if span.floor is not None else -1, span.own_ack)
@@ -217,7 +284,8 @@ class GroupJudge:
                 if value < span.own_ack:
                     self.findings.append(GroupFinding("group_rewind", p, value, member, at))
                 span.own_ack = max(span.own_ack, value)
-            self.to_judge.setdefault(p, []).append((value, at))
+            # after lost observations, what a commit passes may have been consumed unseen: taken, not judged
+            self.to_judge.setdefault(p, []).append((value, -1 if self.blind else at))
         self._prune()
 
     def _prune(self) -> None:
@@ -265,6 +333,16 @@ class GroupJudge:
             while queue:
                 value, ack_at = queue[0]
                 below = self.judged_to.get(p, 0)
+                if ack_at < 0:  # the first commit after lost observations: below it nothing is judged
+                    if value > below:
+                        pending = self.reference.get(p, set())
+                        pending.difference_update([o for o in pending if o < value])
+                        seen = self.first_consumed.get(p, {})
+                        for o in [o for o in seen if o < value]:
+                            del seen[o]
+                        self.judged_to[p] = value
+                    queue.pop(0)
+                    continue
                 limit = min(value, self.read_to.get(p, 0))
                 if limit > below:
                     seen = self.first_consumed.get(p, {})
@@ -288,9 +366,11 @@ class GroupJudge:
         index = {id(c): i for i, c in enumerate(self.commits)}
         return {
             "stall_ms": self.stall_ms, "next_at": self.next_at, "redeliveries": self.redeliveries,
-            "judged_records": self.judged_records,
+            "judged_records": self.judged_records, "last_ts": self.last_ts, "stopped": sorted(self.stopped),
+            "blind": self.blind, "observations_lost": self.observations_lost, "resets": self.resets,
             "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
-            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack] for (m, p), s in self.spans.items()],
+            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor]
+                      for (m, p), s in self.spans.items()],
             "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result]
                         for c in self.commits],
             "pending_ack": {m: index[id(c)] for m, c in self.pending_ack.items()},
@@ -311,9 +391,14 @@ class GroupJudge:
         j = cls(stall_ms=int(doc.get("stall_ms", 60_000)))
         j.next_at, j.redeliveries = int(doc.get("next_at", 0)), int(doc.get("redeliveries", 0))
         j.judged_records = int(doc.get("judged_records", 0))
+        j.last_ts = None if doc.get("last_ts") is None else int(doc["last_ts"])
+        j.stopped = {str(m) for m in doc.get("stopped", [])}
+        j.blind, j.observations_lost = bool(doc.get("blind", False)), int(doc.get("observations_lost", 0))
+        j.resets = int(doc.get("resets", 0))
         j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
-        j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o))
-                   for m, p, a, f, s, o in doc.get("spans", [])}
+        j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o), int(last),
+                                           bool(seeking), bool(nf))
+                   for m, p, a, f, s, o, last, seeking, nf in doc.get("spans", [])}
         j.commits = [_Commit(str(m), {int(p): int(v) for p, v in values.items()}, int(i),
                              None if a is None else int(a), str(r)) for m, values, i, a, r in doc.get("commits", [])]
         j.pending_ack = {str(m): j.commits[int(i)] for m, i in doc.get("pending_ack", {}).items()}

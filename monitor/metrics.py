@@ -146,6 +146,8 @@ class WatchSnapshot:
     group_redeliveries: int = 0  # the group canary's (invariants.groups)
     group_rebalances: dict = field(default_factory=dict)  # (member, reason) -> rebalances librdkafka counted
     group_fetching: dict = field(default_factory=dict)  # (member, partition) -> (broker fetched from, leader, lag)
+    group_resets: int = 0  # positions the group canary's members reported out of range
+    group_observations_lost: int = 0  # gaps in its observation log
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation")
@@ -302,6 +304,15 @@ class WatchCollector:
             lag.add_metric([member, str(p)], max(behind, 0))
         yield follower
         yield lag
+        resets = CounterMetricFamily("vigil_group_offset_resets", "Positions the group canary's members found out "
+                                     "of range (retention, an expired committed offset, a truncated log) and "
+                                     "started again from the beginning: what follows is redelivered, not rewound.")
+        resets.add_metric([], s.group_resets)
+        yield resets
+        lost = CounterMetricFamily("vigil_group_observations_lost", "Gaps in the group canary's observation log "
+                                   "(its head deleted counts as one): group_skip is no longer judged after one.")
+        lost.add_metric([], s.group_observations_lost)
+        yield lost
         unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
                                    "reader has not reached yet (late, not lost).", labels=["isolation"])
         for iso in READERS:

@@ -90,6 +90,7 @@ def audit_cmd(
            "rebalance_stall": result.counts["rebalance_stall"], "redeliveries": result.redeliveries,
            "observations": result.observations, "malformed_observations": result.malformed,
            "reference_records": result.reference_records, "judged_records": result.judged_records,
+           "offset_resets": result.resets, "observations_lost": result.observations_lost,
            "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(result.rebalances.items())},
            "drills": result.drills[:100],
            "findings": [[f.invariant, f.partition, f.offset, f.member] for f in result.findings[:100]]}

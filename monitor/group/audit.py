@@ -29,6 +29,8 @@ class GroupAudit:
     redeliveries: int
     rebalances: Counter  # (member, reason) -> count
     reference_records: int
+    resets: int  # positions the members reported out of range
+    observations_lost: int  # gaps in the observation log
     judged_records: int  # of those, passed by an acknowledged commit and judged
     started: Counter = field(default_factory=Counter)  # member -> processes started
 
@@ -41,7 +43,8 @@ def ensure_observation_topic(cfg: Config, name: str | None = None) -> None:
 
 
 def read_observations(cfg: Config, topic: str, timeout_s: float = 300.0) -> tuple[list[tuple[int, dict]], int]:
-    """Every observation in log order, as (offset, observation), and how many were malformed."""
+    """Every observation in log order, as (offset, observation; a malformed one as {}), and how
+    many were malformed."""
     out: list[tuple[int, dict]] = []
     malformed = 0
 
@@ -50,8 +53,7 @@ def read_observations(cfg: Config, topic: str, timeout_s: float = 300.0) -> tupl
         obs = observations.decode(msg.value())
         if obs is None:
             malformed += 1
-        else:
-            out.append((msg.offset(), obs))
+        out.append((msg.offset(), obs or {}))  # (a malformed one is no lost observation: its offset is taken)
 
     c = clients.consumer(cfg, "read_uncommitted", group="vigil-audit", profile="bulk")
     try:
@@ -89,5 +91,5 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     starts = dict(enumerate(clients.log_starts(admin, info)))
     findings = judge.judge(starts)
     return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), malformed,
-                      [obs for _at, obs in seen if obs["k"] == "drill"], judge.redeliveries, judge.rebalances,
-                      reference, judge.judged_records, Counter(obs["m"] for _at, obs in seen if obs["k"] == "started"))
+                      [obs for _at, obs in seen if obs.get("k") == "drill"], judge.redeliveries, judge.rebalances,
+                      reference, judge.resets, judge.observations_lost, judge.judged_records, Counter(obs["m"] for _at, obs in seen if obs.get("k") == "started"))

@@ -5,7 +5,8 @@ appends what it does to the observation log (one partition; the format is
 :mod:`monitor.group.observations`, the rules that read it :mod:`invariants.groups`):
 
 - ``assigned`` is flushed inside the rebalance callback, so before the assignment takes effect
-  and its committed offsets are fetched; ``revoked`` after the member committed what it consumed
+  and its committed offsets are fetched, with the committed offsets the member reads itself and
+  the partitions whose committed offset is out of the log's range (it will be reset); ``revoked`` after the member committed what it consumed
   (classic protocol: inside the callback, while its generation is still valid); ``lost`` when the
   group took partitions away without asking (no commit);
 - ``consumed`` per poll; before each commit the ``consumed`` observations are flushed, then the
@@ -22,7 +23,7 @@ consumer (a static member then does not leave the group: its session times out u
 back). Drills, asked through control files (``<control>.group_skip`` / ``.group_rewind``):
 group_skip drops the last records of its next poll on one partition (not reported consumed; the
 commit passes them); group_rewind seeks one partition three records below its last acknowledged
-commit. Each applied drill is reported as a ``drill`` observation naming the offsets involved.
+commit (noted first as a ``seek``: a backward jump the member made itself). Each applied drill is reported as a ``drill`` observation naming the offsets involved.
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ from invariants.doc_runs import offset_runs
 from monitor.group import observations as obs_format
 
 # Errors with which the broker answered a commit: nothing was committed.
+# Errors with which the group refused a whole commit: nothing was committed. A per-partition error
+# (librdkafka reports the last failing partition's even when others were committed) is "unknown".
 REFUSED_COMMIT = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
-                  KafkaError.FENCED_INSTANCE_ID, KafkaError.STALE_MEMBER_EPOCH if hasattr(KafkaError, "STALE_MEMBER_EPOCH")
-                  else KafkaError.ILLEGAL_GENERATION, KafkaError._ASSIGNMENT_LOST, KafkaError.UNKNOWN_TOPIC_OR_PART,
-                  KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                  KafkaError.INVALID_COMMIT_OFFSET_SIZE, KafkaError.OFFSET_METADATA_TOO_LARGE,
+                  KafkaError.FENCED_INSTANCE_ID, KafkaError.STALE_MEMBER_EPOCH, KafkaError.GROUP_AUTHORIZATION_FAILED,
                   KafkaError._NO_OFFSET}
+
 EXIT_FATAL = 3  # the consumer hit a fatal error: start it again
 SKIP_RECORDS = 3  # what a group_skip drill drops / a group_rewind drill goes back
 
@@ -72,8 +73,11 @@ class Member:
         self.obs_topic = args.obs_topic
         self.control = args.control
         self.stop = threading.Event()
+        # Never give up on an observation (a commit must not pass records whose observations were
+        # lost): one that cannot be delivered stops the member before its next commit.
         self.obs = Producer({**base, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
-                             "client.id": f"vigil-group-{self.name}-obs"})
+                             "message.timeout.ms": 0, "client.id": f"vigil-group-{self.name}-obs"})
+        self.undelivered = ""  # an observation that could not be delivered: no commit after it
         conf = {**base, "group.id": args.group, "client.id": f"vigil-group-{self.name}",
                 "isolation.level": "read_committed", "enable.auto.commit": False,
                 "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
@@ -95,16 +99,26 @@ class Member:
         self.fetching: dict[int, list[int]] = {}  # p -> [broker fetched from, leader, consumer lag], from the stats
         self.rewinding: dict[int, tuple[int, list[int]]] = {}  # p -> (acked value, offsets consumed below it)
         self.fatal = ""  # the fatal error that ended it
+        self.owned: set[int] = set()  # partitions assigned now (a revoked one's late messages are dropped)
 
     # -- observations -------------------------------------------------------------------------
     def note(self, kind: str, **fields: Any) -> None:
         self.obs.produce(self.obs_topic, obs_format.encode(self.name, kind, **fields),
-                         key=self.name.encode(), partition=0)
+                         key=self.name.encode(), partition=0, on_delivery=self._delivered)
         self.obs.poll(0)
 
-    def flush(self) -> None:
-        while self.obs.flush(5.0) and not self.stop.is_set():
-            pass  # the observation log unreachable: nothing goes on before they are durable
+    def _delivered(self, err: Any, _msg: Any) -> None:
+        if err is not None and not self.undelivered:
+            self.undelivered = err.name()
+            self.stop.set()
+
+    def flush(self) -> bool:
+        """Wait until every observation is durable (True); False when stopping first, or when one
+        could not be delivered."""
+        while self.obs.flush(5.0):
+            if self.stop.is_set():
+                return False  # the observation log unreachable: nothing goes on before they are durable
+        return not self.undelivered
 
     def _stats(self, text: str) -> None:
         try:
@@ -117,8 +131,26 @@ class Member:
 
     # -- the group ----------------------------------------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.note("assigned", p=sorted(tp.partition for tp in partitions))
+        self.owned.update(tp.partition for tp in partitions)
+        self.note("assigned", p=sorted(tp.partition for tp in partitions), **self._starts(consumer, partitions))
         self.flush()  # durable before the assignment takes effect (and its committed offsets are fetched)
+
+    def _starts(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[str, Any]:
+        """Where the assignment will start, as far as the member can tell: the committed offsets
+        (-1: none, so auto.offset.reset decides) and the partitions whose committed offset is out
+        of the log's range (expired, deleted, a truncated log: reset to the earliest offset)."""
+        try:
+            got = consumer.committed([TopicPartition(self.topic, tp.partition) for tp in partitions], timeout=10)
+            committed = {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in got}
+            out = []
+            for p, c in committed.items():
+                if c >= 0:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5, cached=False)
+                    if not low <= c <= high:
+                        out.append(p)
+            return {"c": {str(p): c for p, c in committed.items()}, "oor": out}
+        except KafkaException:
+            return {}  # not known: the judge keeps its own candidates
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = sorted(tp.partition for tp in partitions)
@@ -138,6 +170,7 @@ class Member:
         again when that was nothing)."""
         for p in gone:
             self.positions.pop(p, None)
+            self.owned.discard(p)
             if p in self.rewinding:
                 _value, below = self.rewinding.pop(p)
                 if below:
@@ -150,9 +183,11 @@ class Member:
                    if (only is None or p in only) and o > self.committed.get(p, -1)}
         if not offsets:
             return
-        self.flush()  # what the commit covers was observed first
+        if not self.flush():  # what the commit covers was observed first
+            return
         self.note("intent", o={str(p): o for p, o in offsets.items()})
-        self.flush()
+        if not self.flush():
+            return
         try:
             self.consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
                                  asynchronous=False)
@@ -182,6 +217,7 @@ class Member:
         for p, value in sorted(acked.items()):
             if value >= SKIP_RECORDS and p not in self.rewinding and self._asked("group_rewind"):
                 self.rewinding[p] = (value, [])
+                self.note("seek", p=p, to=value - SKIP_RECORDS)  # (a backward jump it made itself)
                 self.consumer.seek(TopicPartition(self.topic, p, value - SKIP_RECORDS))
                 self.positions[p] = value - SKIP_RECORDS
                 return
@@ -213,12 +249,15 @@ class Member:
                 for m in msgs:
                     err = m.error()
                     if err is None:
-                        got.setdefault(m.partition(), []).append(m.offset())
-                    elif err.fatal():  # e.g. UNRELEASED_INSTANCE_ID (KIP-848): this consumer is done
-                        self.note("fatal", e=err.name())
+                        if m.partition() in self.owned:  # (not a revoked partition's late messages)
+                            got.setdefault(m.partition(), []).append(m.offset())
+                    elif err.code() == KafkaError._FATAL:  # e.g. UNRELEASED_INSTANCE_ID (KIP-848): done
+                        # (the message's error never says fatal() in this client: its code does)
+                        self.note("fatal", e=err.str())
                         self.flush()
-                        self.fatal = err.name()
+                        self.fatal = err.str() or err.name()
                         self.stop.set()
+
                 runs = {}
                 for p, offsets in got.items():
                     self.positions[p] = offsets[-1] + 1
@@ -237,13 +276,13 @@ class Member:
                               ff={str(p): self.fetching[p] for p in owned if p in self.fetching})
                     last_progress = now
         finally:
-            if not self.fatal:
-                self.commit()
-            self.note("stopped", reason=self.fatal or self.args.stop_reason)
+            if not self.fatal and not self.undelivered:
+                self.commit()  # (only after its observations are durable: see commit)
+            self.note("stopped", reason=self.fatal or self.undelivered or self.args.stop_reason)
             self.flush()
             self.consumer.close()
             self.obs.flush(10.0)
-        return EXIT_FATAL if self.fatal else 0
+        return EXIT_FATAL if self.fatal or self.undelivered else 0
 
 
 def _watch_stdin(stop: threading.Event) -> None:

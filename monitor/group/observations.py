@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 VERSION = 1
-KINDS = ("started", "assigned", "revoked", "lost", "consumed", "intent", "ack", "progress", "drill", "fatal", "stopped")
+KINDS = ("started", "assigned", "revoked", "lost", "consumed", "intent", "ack", "progress", "drill", "seek", "fatal", "stopped")
 
 
 def encode(member: str, kind: str, **fields: Any) -> bytes:

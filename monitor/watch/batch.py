@@ -115,8 +115,7 @@ def _apply_group(checker: Checker, table: pa.Table, reader_at: dict[int, int], s
             obs = observations.decode(value)
             if obs is None:
                 stats.malformed["group_observation"] += 1
-            else:
-                seen.append((off, obs))
+            seen.append((off, obs or {}))  # (a malformed one is no lost observation: its offset is taken)
     checker.apply_group_observations(seen, reader_at)
 
 

@@ -50,7 +50,8 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         save_failures=dict(save_failures or {}), ledger_reachable=int(view.ledger_reachable),
         ledger_placement=view.ledger_placement,
         group_redeliveries=ck.groups.redeliveries, group_rebalances=dict(ck.groups.rebalances),
-        group_fetching=dict(ck.groups.fetching),
+        group_fetching=dict(ck.groups.fetching), group_resets=ck.groups.resets,
+        group_observations_lost=ck.groups.observations_lost,
     )
 
 

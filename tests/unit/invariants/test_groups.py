@@ -102,6 +102,7 @@ class Sim:
             span = self.spans[(m, p)]
             if span.get("consumed") and span["own"] > 0:
                 span["position"] = max(0, span["own"] - rng.randint(1, 4))
+                self.note(m, "seek", p=p)  # (as the member does before its rewind drill's seek)
 
     def fetch(self, m: str, p: int) -> None:
         span = self.spans[(m, p)]
@@ -282,14 +283,20 @@ def test_a_commit_whose_outcome_was_unknown_at_the_fetch_lowers_the_floor():
 def test_a_partition_without_a_live_owner_past_the_threshold_is_one_stall_and_a_stop_starts_no_clock():
     j = GroupJudge(stall_ms=5000)
     for at, (m, k, t, f) in enumerate([
+            ("c", "assigned", 0, {"p": [2]}),
             ("a", "assigned", 0, {"p": [0, 1]}), ("a", "progress", 1000, {"p": [0, 1]}),
             ("a", "progress", 2000, {"p": [0, 1]}),  # then paused: nothing for 9 s
+            ("c", "progress", 4000, {"p": [2]}), ("c", "progress", 8000, {"p": [2]}),  # (the log goes on)
             ("b", "assigned", 11000, {"p": [0]}), ("b", "progress", 12000, {"p": [0]}),
             ("a", "progress", 12500, {"p": [1]}),  # a came back, still owning 1: 10.5 s without
-            ("a", "stopped", 13000, {}), ("c", "assigned", 60000, {"p": [1]})]):
+            ("c", "progress", 12000, {"p": [2]}), ("a", "stopped", 13000, {}), ("c", "progress", 16000, {"p": [2]}),
+            ("c", "assigned", 20000, {"p": [1]}),  # a stopped on purpose: no clock ran for 1
+            ("a", "assigned", 20500, {"p": [0]}),  # (from inside a's close(): ignored)
+            ("c", "progress", 90000, {"p": [1, 2]})]):  # the whole log silent for 70 s: no clock ran
         j.observe(at, {"m": m, "k": k, "t": t, **f})
     stalls = [(f.partition, f.member) for f in j.judge() if f.invariant == "rebalance_stall"]
     assert stalls == [(0, "b"), (1, "a")]
+    assert ("a", 0) not in j.spans
 
 
 def test_rebalances_are_counted_from_each_members_own_count_after_its_first_report():
@@ -325,3 +332,69 @@ def test_an_observation_round_trips():
     from monitor.group import observations
     obs = observations.decode(observations.encode("m1", "consumed", r={"0": [[5, 2]]}))
     assert obs is not None and (obs["m"], obs["k"], obs["r"]) == ("m1", "consumed", {"0": [[5, 2]]})
+
+
+def test_after_lost_observations_no_skip_is_judged_and_rewinds_only_from_new_commits():
+    j = GroupJudge()
+    # the log's head was deleted (retention): it starts at 500, where a member commits 110 on 0
+    for at, (m, k, f) in enumerate([
+            ("a", "consumed", {"r": {"0": [[105, 5]]}}), ("a", "intent", {"o": {"0": 110}}), ("a", "ack", {"r": "ok"}),
+            ("a", "consumed", {"r": {"0": [[110, 5]]}}), ("a", "intent", {"o": {"0": 120}}), ("a", "ack", {"r": "ok"}),
+            ("a", "revoked", {"p": [0]}), ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[118, 1]]}})],
+            start=500):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    j.read_reference(0, range(125))
+    assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", 118)]
+    assert j.observations_lost == 1 and j.judged_records == 0
+
+
+def test_a_killed_members_commit_in_flight_does_not_hide_later_rewinds():
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate([
+            ("a", "assigned", {"p": [0]}), ("a", "consumed", {"r": {"0": [[0, 10]]}}),
+            ("a", "intent", {"o": {"0": 10}}), ("a", "started", {}),  # killed with its commit in flight
+            ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[10, 90]]}}),
+            ("b", "intent", {"o": {"0": 100}}), ("b", "ack", {"r": "ok"}), ("b", "revoked", {"p": [0]}),
+            ("c", "assigned", {"p": [0]}), ("c", "consumed", {"r": {"0": [[50, 2]]}})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", 50), ("group_rewind", 51)]
+
+
+def test_no_committed_offset_or_one_out_of_range_and_a_silent_jump_back_are_resets_not_rewinds():
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate([
+            ("a", "assigned", {"p": [0, 1]}), ("a", "consumed", {"r": {"0": [[0, 10]], "1": [[0, 10]]}}),
+            ("a", "intent", {"o": {"0": 10, "1": 10}}), ("a", "ack", {"r": "ok"}), ("a", "revoked", {"p": [0, 1]}),
+            # the committed offsets expired (0: none) or a truncation left 1's out of range: reset
+            ("b", "assigned", {"p": [0, 1], "c": {"0": -1, "1": 10}, "oor": [1]}),
+            ("b", "consumed", {"r": {"0": [[0, 3]], "1": [[0, 3]]}}),
+            ("b", "intent", {"o": {"0": 12}}), ("b", "ack", {"r": "ok"}),
+            ("b", "consumed", {"r": {"0": [[12, 2]]}}),
+            ("b", "consumed", {"r": {"0": [[5, 1]]}}),  # a silent jump back: the client reset it
+            ("b", "seek", {"p": 1}), ("b", "consumed", {"r": {"1": [[1, 1]]}})]):  # its own seek: judged
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert [(f.invariant, f.partition, f.offset) for f in j.judge()] == []  # 1: its floor is gone (no own ack)
+    assert j.resets == 2 and j.redeliveries == 8
+    j.observe(13, {"m": "b", "k": "intent", "t": 13, "o": {"1": 3}})
+    j.observe(14, {"m": "b", "k": "ack", "t": 14, "r": "ok"})
+    j.observe(15, {"m": "b", "k": "seek", "t": 15, "p": 1})
+    j.observe(16, {"m": "b", "k": "consumed", "t": 16, "r": {"1": [[1, 1]]}})
+    assert [(f.invariant, f.partition, f.offset) for f in j.judge()] == [("group_rewind", 1, 1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**9))
+def test_observations_lost_anywhere_never_make_a_false_skip_or_rewind(seed):
+    sim = Sim(seed, concurrent=bool(seed % 2)).run(200)
+    rng = random.Random(seed)
+    lo = rng.randrange(len(sim.obs) or 1)
+    hi = lo + rng.randint(1, 20)
+    judge = GroupJudge(stall_ms=10**9)
+    for at, obs in enumerate(sim.obs):
+        if not lo <= at < hi:
+            judge.observe(at, obs)
+    for p, offsets in sim.log.items():
+        judge.read_reference(p, offsets, reader_at=offsets[-1] + 3)
+    found = judge.judge()
+    assert {(f.partition, f.offset) for f in found if f.invariant == "group_skip"} <= sim.true_skips
+    assert sum(f.invariant == "group_rewind" and sim.obs[f.at]["k"] == "consumed" for f in found) <= sim.true_rewinds
