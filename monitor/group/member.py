@@ -170,6 +170,7 @@ class Member:
         again when that was nothing)."""
         for p in gone:
             self.positions.pop(p, None)
+            self.committed.pop(p, None)  # (a later assignment starts from what the group committed then)
             self.owned.discard(p)
             if p in self.rewinding:
                 _value, below = self.rewinding.pop(p)

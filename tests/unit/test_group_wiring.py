@@ -93,3 +93,17 @@ def test_the_broker_serving_a_partition_is_the_one_whose_fetch_list_holds_it():
                                              "-1": {"leader": -1}}}}}
     assert fetch_sources(stats, "t") == {0: [1, 3, 7], 1: [2, 2, 0]}  # 0: a follower (node 1) serves it
     assert fetch_sources({}, "t") == {}
+
+
+def test_vigil_drill_asks_the_application_canaries_through_their_control_files(tmp_path):
+    from typer.testing import CliRunner
+
+    from monitor.cli import app
+
+    path = tmp_path / "v.yaml"
+    path.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    for kind, control in (("group_skip", "group/control.m0.group_skip"), ("group_rewind", "group/control.m0.group_rewind"),
+                          ("eos_loss", "eos/control.eos_loss"), ("eos_duplicate", "eos/control.eos_duplicate")):
+        result = CliRunner().invoke(app, ["drill", kind, "--json", "--config", str(path)])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "state" / control).exists(), kind
