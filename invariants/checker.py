@@ -301,10 +301,8 @@ class Checker(TopicLifecycle):
             return
         tid = self.group_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
-        inv = {"group_skip": Invariant.GROUP_SKIP, "group_rewind": Invariant.GROUP_REWIND,
-               "rebalance_stall": Invariant.REBALANCE_STALL}
         for f in self.groups.judge(starts):
-            self.sink.add(Violation(inv[f.invariant], RC, tid, f.partition, (f.offset,) if f.offset >= 0 else (),
+            self.sink.add(Violation(Invariant(f.invariant), RC, tid, f.partition, (f.offset,) if f.offset >= 0 else (),
                                     detail=_group_detail(f)))
 
     def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read) -> None:

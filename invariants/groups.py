@@ -40,8 +40,9 @@ itself (-1: none — expired, deleted, a new group) and which were out of the lo
 truncated log): there the client starts where ``auto.offset.reset`` (earliest) says, and no floor
 holds. Within an assignment, a backward jump the member did not announce (``seek``, which only
 the rewind drill does) is the client resetting an out-of-range position: no floor holds from
-there either (``resets`` counts both); what is consumed again is redelivered, not rewound. Observations that are missing (a gap in the log's offsets, or its head deleted) make the
-judge forget assignments and commits (no rewind until the next assignment) and stop judging
+there either (``resets`` counts both); what is consumed again is redelivered, not rewound.
+Observations that are missing (a gap in the log's offsets, or its head deleted) make the judge
+forget assignments and commits (no rewind until the next assignment) and stop judging
 ``group_skip`` (``observations_lost``): what the members consumed then is unknown. A malformed
 observation is no lost one.
 
@@ -68,11 +69,6 @@ from typing import Iterable, Mapping
 
 from invariants.doc_runs import offset_runs, run_offsets
 
-# ack results: "ok"; "refused" (the broker answered with an error: nothing was committed);
-# "unknown" (a timeout or a lost connection: it may have been committed)
-ACK_RESULTS = ("ok", "refused", "unknown")
-
-
 @dataclass(frozen=True)
 class GroupFinding:
     invariant: str  # "group_skip" | "group_rewind" | "rebalance_stall"
@@ -88,7 +84,9 @@ class _Commit:
     values: dict[int, int]  # partition -> offset committed
     intent_at: int
     ack_at: int | None = None
-    result: str = ""  # "" while unknown
+    # "" while in flight; "ok"; "refused" (the group answered with an error: nothing committed);
+    # "unknown" (a timeout, a lost connection, a member gone: it may have been committed)
+    result: str = ""
 
 
 @dataclass
@@ -315,12 +313,7 @@ class GroupJudge:
             pending.update(fresh)
             self.read_to[p] = max(self.read_to.get(p, 0), max(fresh) + 1)
             if len(pending) > self.MAX_UNJUDGED:  # no commit passing them for that long: the oldest are the audit's
-                cut = sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10]
-                pending.difference_update([o for o in pending if o < cut])
-                self.judged_to[p] = max(self.judged_to.get(p, 0), cut)
-                seen = self.first_consumed.get(p, {})
-                for o in [o for o in seen if o < cut]:
-                    del seen[o]
+                self._judged_below(p, sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10])
         if reader_at is not None:
             self.read_to[p] = max(self.read_to.get(p, 0), reader_at)
 
@@ -333,33 +326,34 @@ class GroupJudge:
             while queue:
                 value, ack_at = queue[0]
                 below = self.judged_to.get(p, 0)
-                if ack_at < 0:  # the first commit after lost observations: below it nothing is judged
-                    if value > below:
-                        pending = self.reference.get(p, set())
-                        pending.difference_update([o for o in pending if o < value])
-                        seen = self.first_consumed.get(p, {})
-                        for o in [o for o in seen if o < value]:
-                            del seen[o]
-                        self.judged_to[p] = value
+                if ack_at < 0:  # a commit after lost observations: taken, what it passes not judged
+                    self._judged_below(p, value)
                     queue.pop(0)
                     continue
                 limit = min(value, self.read_to.get(p, 0))
                 if limit > below:
                     seen = self.first_consumed.get(p, {})
-                    pending = self.reference.get(p, set())
-                    for o in sorted(x for x in pending if x < limit):
-                        pending.discard(o)
+                    for o in sorted(x for x in self.reference.get(p, set()) if x < limit):
                         self.judged_records += 1
                         first = seen.get(o)
                         if o >= starts.get(p, 0) and (first is None or first > ack_at):
                             found.append(GroupFinding("group_skip", p, o, "", ack_at))
-                    for o in [o for o in seen if o < limit]:
-                        del seen[o]
-                    self.judged_to[p] = limit
+                    self._judged_below(p, limit)
                 if self.judged_to.get(p, 0) < value:
                     break  # the reference reader is not that far yet: later commits on p wait behind this one
                 queue.pop(0)
         return found
+
+    def _judged_below(self, p: int, limit: int) -> None:
+        """Everything on p below ``limit`` is judged (or given up): forgotten."""
+        if limit <= self.judged_to.get(p, 0):
+            return
+        pending = self.reference.get(p, set())
+        pending.difference_update([o for o in pending if o < limit])
+        seen = self.first_consumed.get(p, {})
+        for o in [o for o in seen if o < limit]:
+            del seen[o]
+        self.judged_to[p] = limit
 
     # -- the saved form -----------------------------------------------------------------------
     def to_doc(self) -> dict:

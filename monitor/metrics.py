@@ -282,11 +282,10 @@ class WatchCollector:
                                  "read_uncommitted reader (allowed; not a violation).", labels=["isolation"])
         ab.add_metric([RU.value], s.aborted_allowed)
         yield ab
-        red = CounterMetricFamily("vigil_group_redeliveries", "Records the group canary's members were delivered "
+        yield CounterMetricFamily("vigil_group_redeliveries", "Records the group canary's members were delivered "
                                   "again at or below what the group had consumed, not below its acknowledged "
-                                  "committed offset (at-least-once behaviour; not a violation).")
-        red.add_metric([], s.group_redeliveries)
-        yield red
+                                  "committed offset (at-least-once behaviour; not a violation).",
+                                  value=s.group_redeliveries)
         reb = CounterMetricFamily("vigil_group_rebalances", "Rebalances each group canary member's client counted, "
                                   "by its last reason (librdkafka's).", labels=["member", "reason"])
         for (member, reason), n in sorted(s.group_rebalances.items()):
@@ -304,15 +303,13 @@ class WatchCollector:
             lag.add_metric([member, str(p)], max(behind, 0))
         yield follower
         yield lag
-        resets = CounterMetricFamily("vigil_group_offset_resets", "Positions the group canary's members found out "
-                                     "of range (retention, an expired committed offset, a truncated log) and "
-                                     "started again from the beginning: what follows is redelivered, not rewound.")
-        resets.add_metric([], s.group_resets)
-        yield resets
-        lost = CounterMetricFamily("vigil_group_observations_lost", "Gaps in the group canary's observation log "
-                                   "(its head deleted counts as one): group_skip is no longer judged after one.")
-        lost.add_metric([], s.group_observations_lost)
-        yield lost
+        yield CounterMetricFamily("vigil_group_offset_resets", "Positions the group canary's members found out "
+                                  "of range (retention, an expired committed offset, a truncated log) and "
+                                  "started again from the beginning: what follows is redelivered, not rewound.",
+                                  value=s.group_resets)
+        yield CounterMetricFamily("vigil_group_observations_lost", "Gaps in the group canary's observation log "
+                                  "(its head deleted counts as one): group_skip is no longer judged after one.",
+                                  value=s.group_observations_lost)
         unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
                                    "reader has not reached yet (late, not lost).", labels=["isolation"])
         for iso in READERS:

@@ -61,6 +61,16 @@ def read_past(consumer: Any, topic: str, ends: dict[int, int], timeout_s: float,
         todo = {p for p in todo if at.get(p, 0) < ends[p]}
 
 
+def read_committed_now(consumer: Any, topic: str, partitions: int, timeout_s: float,
+                       on_message: Callable[[Any], None]) -> dict[int, int]:
+    """Read ``topic`` with ``consumer`` (read_committed) past its last stable offsets as they are
+    now (writers may still be writing: a moving end is never reached on every partition at once);
+    returns where the reader then stands (past control records), how far it is whole."""
+    stable = {p: clients.watermarks(consumer, topic, p)[1] for p in range(partitions)}
+    read_past(consumer, topic, stable, timeout_s, on_message)
+    return positions(consumer, topic, range(partitions))
+
+
 def last_records(cfg: Config, topic: str, tail: int = 2000, timeout_s: float = 30.0) -> dict[int, int]:
     """Per partition, the offset after the last record ``read_committed`` returns (what a group
     that consumed everything has committed): the tail of each partition read up to its last

@@ -28,23 +28,22 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
             by_class[iso.value][inv.value] = {d.value: result.counts.get((inv, iso, d), 0) for d in DURABILITIES}
     counts[Isolation.READ_COMMITTED.value][Invariant.LSO_STUCK.value] = hanging_transactions(
         h.entries, cfg.watch.lso_stuck_threshold_s, h.reads.get(Isolation.READ_UNCOMMITTED, {}))
+    canaries: dict[Invariant, int] = {}  # the application canaries' counts
     if cfg.eos.enabled:  # the EOS pipeline, from its group's offsets, its output and the canary topic
         from monitor.eos.audit import audit as eos_audit
 
         verdict = eos_audit(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group, timeout_s).verdict
-        rc = Isolation.READ_COMMITTED.value
-        for inv, n in ((Invariant.EOS_LOSS, len(verdict.losses)), (Invariant.EOS_DUPLICATE, len(verdict.duplicates))):
-            counts[rc][inv.value] = n  # no setting allows either: guaranteed
-            by_class[rc][inv.value] = {d.value: (n if d is Durability.GUARANTEED else 0) for d in DURABILITIES}
+        canaries.update({Invariant.EOS_LOSS: len(verdict.losses), Invariant.EOS_DUPLICATE: len(verdict.duplicates)})
     if cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
         from monitor.group.audit import audit as group_audit
 
         found = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s).counts
-        rc = Isolation.READ_COMMITTED.value
-        for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL):
-            counts[rc][inv.value] = found[inv.value]  # no setting allows them: guaranteed
-            by_class[rc][inv.value] = {d.value: (found[inv.value] if d is Durability.GUARANTEED else 0)
-                                       for d in DURABILITIES}
+        canaries.update({inv: found[inv.value]
+                         for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
+    rc = Isolation.READ_COMMITTED.value
+    for inv, n in canaries.items():  # no setting allows them: guaranteed
+        counts[rc][inv.value] = n
+        by_class[rc][inv.value] = {d.value: (n if d is Durability.GUARANTEED else 0) for d in DURABILITIES}
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,
@@ -86,7 +85,10 @@ def audit_cmd(
     whole ledger, and counts every invariant exactly.
 
     This is the ground truth the live checker is compared with: an independent, whole-history
-    implementation. With `eos.enabled`, the EOS pipeline too (`vigil eos audit`); with `groups.enabled`, the group canary (`vigil group audit`: its rebalance_stall from the observations' timestamps, as live). Liveness invariants are time-based and live only; `lso_stuck` here counts
+    implementation. With `eos.enabled`, the EOS pipeline too (`vigil eos audit`); with
+    `groups.enabled`, the group canary (`vigil group audit`: its rebalance_stall from the
+    observations' timestamps, as live). Liveness invariants are time-based and live only;
+    `lso_stuck` here counts
     the (transaction, partition) pairs whose records the final log holds and that the ledger shows
     holding the log back longer than `watch.lso_stuck_threshold_s` (see docs/invariants.md).
     """

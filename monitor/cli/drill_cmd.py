@@ -9,6 +9,7 @@ import typer
 
 from monitor.canary.runner import prepare_topics
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
+from monitor.config import Config
 from monitor.drill_table import DRILL_KINDS, DRILL_TABLE
 from monitor.drills import run_drill
 
@@ -16,19 +17,16 @@ from monitor.drills import run_drill
 CANARY_DRILLS = {"eos_loss": "eos", "eos_duplicate": "eos", "group_skip": "group", "group_rewind": "group"}
 
 
-def _ask_canary(cfg, kind: str, as_json: bool) -> None:
+def _ask_canary(cfg: Config, kind: str, as_json: bool) -> None:
     if CANARY_DRILLS[kind] == "eos":
         from monitor.eos.worker import worker_for
 
-        worker = worker_for(cfg)
-        worker.workdir.mkdir(parents=True, exist_ok=True)
-        worker.drill(kind)
+        worker_for(cfg).drill(kind)
         asked, where = "the EOS worker", "vigil eos run --json"
     else:
         from monitor.group.runner import canary_for
 
         canary = canary_for(cfg)
-        canary.workdir.mkdir(parents=True, exist_ok=True)
         canary.drill(kind, canary.names[0])
         asked, where = f"group member {canary.names[0]}", "vigil group audit --json"
     if as_json:

@@ -89,7 +89,6 @@ def drill(
         raise typer.BadParameter(f"{kind!r}: one of {', '.join(DRILLS)}", param_hint="KIND")
     cfg = load_config(config)
     worker = worker_for(cfg)
-    worker.workdir.mkdir(parents=True, exist_ok=True)
     worker.drill(kind)
     console.print(f"asked the EOS worker for {kind} ({worker.control}.{kind}); it applies it on its next transaction")
 

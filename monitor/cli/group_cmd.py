@@ -28,7 +28,7 @@ def run(
     duration: float = typer.Option(0.0, help="Stop after this many seconds (0 = until Ctrl-C / SIGTERM)."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
-    """Run the members until stopped (a member that exits is started again), with progress every 5 s.
+    """Run the members until stopped (a member that exits is started again, with a growing wait).
 
     Members are `python -m monitor.group.member` processes named m0, m1, ...; with
     `groups.static` each has `group.instance.id = <group>-<member>`. Judge the result with
@@ -71,9 +71,7 @@ def drill(
     if kind not in DRILLS:
         raise typer.BadParameter(f"{kind!r}: one of {', '.join(DRILLS)}", param_hint="KIND")
     cfg = load_config(config)
-    canary = canary_for(cfg)
-    canary.workdir.mkdir(parents=True, exist_ok=True)
-    canary.drill(kind, member)
+    canary_for(cfg).drill(kind, member)
     console.print(f"asked member {member} for {kind}; it applies it on its next poll or commit")
 
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-
 from invariants.eos import EosVerdict, eos_verdict
 from monitor import clients
-from monitor.audit.reader import AuditReadError, committed_offsets, positions, read_past
+from monitor.audit.reader import AuditReadError, committed_offsets, read_committed_now, read_past
 from monitor.config import Config
 from monitor.eos import output_format
 
@@ -90,12 +89,8 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
     source: dict[int, list[int]] = {}
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
-        # to its last stable offsets as they are now (writers may still be writing: a moving end
-        # is never reached on every partition at once)
-        stable = {p: clients.watermarks(c, source_topic, p)[1] for p in range(n_src)}
-        read_past(c, source_topic, stable, timeout_s,
-                  lambda msg: source.setdefault(msg.partition(), []).append(msg.offset()))
-        read_to = positions(c, source_topic, range(n_src))
+        read_to = read_committed_now(c, source_topic, n_src, timeout_s,
+                                     lambda msg: source.setdefault(msg.partition(), []).append(msg.offset()))
     finally:
         c.close()
     verdict = eos_verdict(source, read_to, committed, output, judge_from)

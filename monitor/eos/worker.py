@@ -111,6 +111,7 @@ class EosWorker:
 
     def drill(self, kind: str) -> None:
         """Ask the running worker for a drill (``eos_loss`` or ``eos_duplicate``)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
         Path(f"{self.control}.{kind}").write_bytes(b"")
 
     def kill(self) -> None:

@@ -2,19 +2,20 @@
 then the canary topic as ``read_committed`` reads it now.
 
 The observation log is read first, to its high watermark (its writers are idempotent, not
-transactional); the canary after it, past its last stable offsets as they are then: every commit
-the log names passed only records below those.
+transactional); the canary after it, past its last stable offsets as they are then
+(:func:`monitor.audit.reader.read_committed_now`): every commit the log names passed only
+records below those.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from invariants.groups import GroupFinding, GroupJudge
 from monitor import clients
-from monitor.audit.reader import AuditReadError, positions, read_past
+from monitor.audit.reader import AuditReadError, read_committed_now, read_past
 from monitor.config import Config
 from monitor.group import observations
 
@@ -32,36 +33,26 @@ class GroupAudit:
     resets: int  # positions the members reported out of range
     observations_lost: int  # gaps in the observation log
     judged_records: int  # of those, passed by an acknowledged commit and judged
-    started: Counter = field(default_factory=Counter)  # member -> processes started
 
 
-def ensure_observation_topic(cfg: Config, name: str | None = None) -> None:
+def ensure_observation_topic(cfg: Config) -> None:
     """One partition: its offsets order every member's observations."""
     admin = clients.admin(cfg)
     configs = {"min.insync.replicas": str(cfg.canary.min_insync_replicas), "unclean.leader.election.enable": "false"}
-    clients.ensure_topic(admin, name or cfg.groups.observation_topic, 1, cfg.canary.replication_factor, configs)
+    clients.ensure_topic(admin, cfg.groups.observation_topic, 1, cfg.canary.replication_factor, configs)
 
 
 def read_observations(cfg: Config, topic: str, timeout_s: float = 300.0) -> tuple[list[tuple[int, dict]], int]:
     """Every observation in log order, as (offset, observation; a malformed one as {}), and how
     many were malformed."""
-    out: list[tuple[int, dict]] = []
-    malformed = 0
-
-    def on(msg: Any) -> None:
-        nonlocal malformed
-        obs = observations.decode(msg.value())
-        if obs is None:
-            malformed += 1
-        out.append((msg.offset(), obs or {}))  # (a malformed one is no lost observation: its offset is taken)
-
+    records: list[tuple[int, bytes | None]] = []
     c = clients.consumer(cfg, "read_uncommitted", group="vigil-audit", profile="bulk")
     try:
         _low, high = clients.watermarks(c, topic, 0)
-        read_past(c, topic, {0: high}, timeout_s, on)
+        read_past(c, topic, {0: high}, timeout_s, lambda msg: records.append((msg.offset(), msg.value())))
     finally:
         c.close()
-    return out, malformed
+    return observations.in_order(records)
 
 
 def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0) -> GroupAudit:
@@ -73,23 +64,20 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     seen, malformed = read_observations(cfg, obs_topic, timeout_s)
     for at, obs in seen:
         judge.observe(at, obs)
-    reference = 0
+    reference = 0  # records read_committed read
+
+    def on(msg: Any) -> None:
+        nonlocal reference
+        reference += 1
+        judge.read_reference(msg.partition(), [msg.offset()])
+
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
-        stable = {p: clients.watermarks(c, topic, p)[1] for p in range(info.partitions)}
-
-        def on(msg: Any) -> None:
-            nonlocal reference
-            reference += 1
-            judge.read_reference(msg.partition(), [msg.offset()])
-
-        read_past(c, topic, stable, timeout_s, on)
-        for p, at in positions(c, topic, range(info.partitions)).items():
+        for p, at in read_committed_now(c, topic, info.partitions, timeout_s, on).items():
             judge.read_reference(p, [], reader_at=at)
     finally:
         c.close()
-    starts = dict(enumerate(clients.log_starts(admin, info)))
-    findings = judge.judge(starts)
+    findings = judge.judge(dict(enumerate(clients.log_starts(admin, info))))
     return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), malformed,
                       [obs for _at, obs in seen if obs.get("k") == "drill"], judge.redeliveries, judge.rebalances,
-                      reference, judge.resets, judge.observations_lost, judge.judged_records, Counter(obs["m"] for _at, obs in seen if obs.get("k") == "started"))
+                      reference, judge.resets, judge.observations_lost, judge.judged_records)

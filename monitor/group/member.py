@@ -6,9 +6,10 @@ appends what it does to the observation log (one partition; the format is
 
 - ``assigned`` is flushed inside the rebalance callback, so before the assignment takes effect
   and its committed offsets are fetched, with the committed offsets the member reads itself and
-  the partitions whose committed offset is out of the log's range (it will be reset); ``revoked`` after the member committed what it consumed
-  (classic protocol: inside the callback, while its generation is still valid); ``lost`` when the
-  group took partitions away without asking (no commit);
+  the partitions whose committed offset is out of the log's range (it will be reset);
+  ``revoked`` after the member committed what it consumed (classic protocol: inside the
+  callback, while its generation is still valid); ``lost`` when the group took partitions away
+  without asking (no commit);
 - ``consumed`` per poll; before each commit the ``consumed`` observations are flushed, then the
   ``intent``, then the commit is sent (synchronously) and its ``ack`` appended;
 - ``progress`` every second: owned partitions, librdkafka's rebalance count and last reason, and
@@ -23,7 +24,8 @@ consumer (a static member then does not leave the group: its session times out u
 back). Drills, asked through control files (``<control>.group_skip`` / ``.group_rewind``):
 group_skip drops the last records of its next poll on one partition (not reported consumed; the
 commit passes them); group_rewind seeks one partition three records below its last acknowledged
-commit (noted first as a ``seek``: a backward jump the member made itself). Each applied drill is reported as a ``drill`` observation naming the offsets involved.
+commit (noted first as a ``seek``: a backward jump the member made itself). Each applied drill
+is reported as a ``drill`` observation naming the offsets involved.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from invariants.doc_runs import offset_runs
 from monitor.group import observations as obs_format
 
-# Errors with which the broker answered a commit: nothing was committed.
 # Errors with which the group refused a whole commit: nothing was committed. A per-partition error
 # (librdkafka reports the last failing partition's even when others were committed) is "unknown".
 REFUSED_COMMIT = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
@@ -258,7 +259,6 @@ class Member:
                         self.flush()
                         self.fatal = err.str() or err.name()
                         self.stop.set()
-
                 runs = {}
                 for p, offsets in got.items():
                     self.positions[p] = offsets[-1] + 1
@@ -279,7 +279,7 @@ class Member:
         finally:
             if not self.fatal and not self.undelivered:
                 self.commit()  # (only after its observations are durable: see commit)
-            self.note("stopped", reason=self.fatal or self.undelivered or self.args.stop_reason)
+            self.note("stopped", reason=self.fatal or self.undelivered or "stopped")
             self.flush()
             self.consumer.close()
             self.obs.flush(10.0)
@@ -308,7 +308,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit-interval-ms", type=int, default=500)
     ap.add_argument("--control", default="")
     ap.add_argument("--rack", default="", help="client.rack")
-    ap.add_argument("--stop-reason", default="stopped")
     args = ap.parse_args(argv)
     base = json.loads(Path(args.conf).read_text())
     member = Member(base, args)

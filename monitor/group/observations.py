@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Iterable
 
 VERSION = 1
 KINDS = ("started", "assigned", "revoked", "lost", "consumed", "intent", "ack", "progress", "drill", "seek", "fatal", "stopped")
@@ -30,3 +30,15 @@ def decode(value: bytes | None) -> dict[str, Any] | None:
     if not isinstance(obs, dict) or obs.get("v") != VERSION or obs.get("k") not in KINDS:
         return None
     return obs
+
+
+def in_order(records: Iterable[tuple[int, bytes | None]]) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """Records of the log as (offset, value), in order, as the judge takes them: (offset,
+    observation), a malformed one as ``{}`` (its offset taken: no lost observation), and how many
+    were malformed."""
+    out, malformed = [], 0
+    for offset, value in records:
+        obs = decode(value)
+        malformed += obs is None
+        out.append((offset, obs or {}))
+    return out, malformed

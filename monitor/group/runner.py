@@ -114,6 +114,8 @@ class GroupCanary:
                 proc.wait()
 
     def drill(self, kind: str, member: str = "m0") -> None:
+        """Ask ``member`` (running or not yet: the file waits for it) for a drill."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
         Path(f"{self.control(member)}.{kind}").write_bytes(b"")
 
 

@@ -107,15 +107,10 @@ def _apply_eos(checker: Checker, table: pa.Table, eos: EosInput, stats: BatchSta
 
 
 def _apply_group(checker: Checker, table: pa.Table, reader_at: dict[int, int], stats: BatchStats) -> None:
-    rows = table.filter(pc.equal(table.column("src"), SRC_GROUP_OBS))
-    seen = []
-    if rows.num_rows:
-        rows = rows.sort_by([("offset", "ascending")])
-        for off, value in zip(rows.column("offset").to_pylist(), rows.column("value").to_pylist()):
-            obs = observations.decode(value)
-            if obs is None:
-                stats.malformed["group_observation"] += 1
-            seen.append((off, obs or {}))  # (a malformed one is no lost observation: its offset is taken)
+    rows = table.filter(pc.equal(table.column("src"), SRC_GROUP_OBS)).sort_by([("offset", "ascending")])
+    seen, malformed = observations.in_order(zip(rows.column("offset").to_pylist(), rows.column("value").to_pylist()))
+    if malformed:
+        stats.malformed["group_observation"] += malformed
     checker.apply_group_observations(seen, reader_at)
 
 

@@ -15,9 +15,9 @@ import threading
 from typing import Any
 
 from monitor import clients
+from monitor.audit.reader import committed_by
 from monitor.config import Config
 from monitor.watch.offset_log import batch_ends
-from monitor.audit.reader import committed_by
 
 
 class EosFeed:
