@@ -275,8 +275,9 @@ class EosConfig(_Model):
 
 
 class GroupsConfig(_Model):
-    enabled: bool = Field(False, description="run the consumer-group canary inside `vigil run` and judge it live "
-                          "in the watch (group_skip, group_rewind, rebalance_stall); `vigil group` works either way")
+    enabled: bool = Field(True, description="run the consumer-group canary inside `vigil run` and judge it live "
+                          "in the watch (group_skip, group_rewind, rebalance_stall); `vigil group` works either way. "
+                          "Turning it on or off under an existing checkpoint needs `vigil state rebuild`")
     members: int = Field(3, ge=1, le=32, description="members of the consumer-group canary (`vigil group run`), "
                          "each its own process")
     group: str = Field("vigil-group", min_length=1, description="its consumer group (keep the vigil- prefix: "

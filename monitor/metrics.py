@@ -303,9 +303,10 @@ class WatchCollector:
             lag.add_metric([member, str(p)], max(behind, 0))
         yield follower
         yield lag
-        yield CounterMetricFamily("vigil_group_offset_resets", "Positions the group canary's members found out "
-                                  "of range (retention, an expired committed offset, a truncated log) and "
-                                  "started again from the beginning: what follows is redelivered, not rewound.",
+        yield CounterMetricFamily("vigil_group_offset_resets", "Committed offsets the group canary's members "
+                                  "found missing or out of range at assignment, and backward jumps their client "
+                                  "made unannounced (auto.offset.reset, a truncation detected): what follows is "
+                                  "redelivered, not rewound.",
                                   value=s.group_resets)
         yield CounterMetricFamily("vigil_group_observations_lost", "Gaps in the group canary's observation log "
                                   "(its head deleted counts as one): group_skip is no longer judged after one.",

@@ -103,6 +103,15 @@ def write(r: RunResult) -> Path:
              "audit": by_class.get(k.split("/")[1], {}).get(k.split("/")[0], {}).get(k.split("/")[2], "–")}
             for k, n in sorted(live.items())]
     out += ["## Live and audit", "", _md_table(rows) if rows else "No violation counted live.", ""]
+    group = r.audit.get("groups")
+    if group:  # the consumer-group canary ran: what the faults did to it
+        out += ["## Consumer-group canary", "",
+                f"By the audit: group_skip {group['group_skip']}, group_rewind {group['group_rewind']}, "
+                f"rebalance_stall {group['rebalance_stall']}; {group['judged_records']} of "
+                f"{group['reference_records']} read_committed records passed by an acknowledged commit and judged; "
+                f"{group['redeliveries']} redeliveries (offsets consumed again, rewritten ones included), "
+                f"{group['offset_resets']} offset resets, {group['observations_lost']} observations lost; "
+                f"rebalances (member:last reason): {group['rebalances'] or 'none'}.", ""]
     ev = _evidence(r)
     if ev:
         out += ["## First evidence lines", ""]

@@ -55,23 +55,29 @@ class RunResult:
                 "writers": self.summary.get("writers", []), "live": self.summary.get("checker", {}),
                 "audit": {k: self.audit.get(k) for k in ("by_durability", "lost_writes_by_cause", "lost_writes_by_writer",
                                                          "unconfirmed_missing", "undecided",
-                                                         "records_checked", "expired_unread")},
+                                                         "records_checked", "expired_unread")}
+                | ({"groups": self.audit["groups"]} if "groups" in self.audit else {}),
                 "verdict": self.verdict.to_json() if self.verdict else None}
 
 
 def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metrics_port: int) -> Config:
     """The run's own config: the base config's cluster and clients, the scenario's writers, topic
-    settings and watch settings, fresh topic names and state under ``run_dir``."""
+    settings and watch settings, fresh topic names and state under ``run_dir``. The application
+    canaries (``groups``, ``eos``) run when the base config enables them, with fresh groups and
+    topics of their own."""
     data = to_document(base)
     slug = scenario.name.lower()
+    prefix = f"vigil-chaos-{slug}-{stamp}"
     data.update({
         "instance_id": f"chaos-{slug}-{stamp}",
         "state_dir": str(run_dir / "state"),
-        "canary": {**scenario.topic.model_dump(mode="json"), "name": f"vigil-chaos-{slug}-{stamp}"},
-        "ledger": {**data.get("ledger", {}), "topic": f"vigil-chaos-{slug}-{stamp}-ledger"},
+        "canary": {**scenario.topic.model_dump(mode="json"), "name": prefix},
+        "ledger": {**data.get("ledger", {}), "topic": f"{prefix}-ledger"},
         "writers": [w.model_dump(mode="json") for w in scenario.writers],
         "watch": {**data.get("watch", {}), **scenario.watch, "evidence": {}},
         "metrics": {**data.get("metrics", {}), "port": metrics_port},
+        "groups": {**data.get("groups", {}), "group": f"{prefix}-group", "observation_topic": f"{prefix}-group-obs"},
+        "eos": {**data.get("eos", {}), "group": f"{prefix}-eos", "output_topic": f"{prefix}-eos-out"},
     })
     path = run_dir / "vigil.yaml"
     write_document(data, path)

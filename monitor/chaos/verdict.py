@@ -12,6 +12,12 @@ from monitor.audit.oracle import HISTORY_INVARIANTS
 from monitor.chaos.scenario import Scenario
 
 HISTORY = {i.value for i in HISTORY_INVARIANTS}
+# the application canaries' (when the run's config enables them): the audit recomputes them from
+# their own logs; a safety one counted in the guaranteed class breaks the promise as a history one does
+CANARY_SAFETY = {i.value for i in (Invariant.EOS_LOSS, Invariant.EOS_DUPLICATE, Invariant.GROUP_SKIP,
+                                   Invariant.GROUP_REWIND)}
+SAFETY = HISTORY | CANARY_SAFETY
+COMPARED = SAFETY | {Invariant.REBALANCE_STALL.value}
 # the final log cannot show an offset that held one record when read and another later
 LIVE_MAY_EXCEED = {Invariant.INCONSISTENT_OFFSET.value}
 Key = tuple[str, str, str]  # invariant, isolation, durability
@@ -27,9 +33,10 @@ def live_counts(run_summary: dict[str, Any]) -> dict[Key, int]:
 
 
 def audit_counts(report: dict[str, Any]) -> dict[Key, int]:
-    """From `vigil audit --json`: the history invariants by durability class."""
+    """From `vigil audit --json`: the history invariants and the application canaries' by
+    durability class."""
     return {(inv, iso, d): int(n) for iso, by_inv in report.get("by_durability", {}).items()
-            for inv, by_d in by_inv.items() if inv in HISTORY for d, n in by_d.items() if n}
+            for inv, by_d in by_inv.items() if inv in COMPARED for d, n in by_d.items() if n}
 
 
 def vanished_beyond_audit(evidence: Iterable[dict[str, Any]], undecided: Iterable[list[Any]]) -> dict[Key, int]:
@@ -73,10 +80,10 @@ def judge(scenario: Scenario, live: dict[Key, int], audit: dict[Key, int],
     """``beyond_audit``: live verdicts the audit leaves undecided (:func:`vanished_beyond_audit`);
     live must exceed the audit by exactly these (equal counts then mean the audit counted losses
     live did not)."""
-    broken = {k: n for k, n in live.items() if n and k[2] == "guaranteed" and k[0] in HISTORY}
+    broken = {k: n for k, n in live.items() if n and k[2] == "guaranteed" and k[0] in SAFETY}
     disagreements, notes = [], []
     beyond_audit = beyond_audit or {}
-    for key in sorted({k for k in live if k[0] in HISTORY} | set(audit) | set(beyond_audit)):
+    for key in sorted({k for k in live if k[0] in COMPARED} | set(audit) | set(beyond_audit)):
         lv, av = live.get(key, 0), audit.get(key, 0)
         if lv == av and not beyond_audit.get(key):
             continue

@@ -29,6 +29,7 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
     counts[Isolation.READ_COMMITTED.value][Invariant.LSO_STUCK.value] = hanging_transactions(
         h.entries, cfg.watch.lso_stuck_threshold_s, h.reads.get(Isolation.READ_UNCOMMITTED, {}))
     canaries: dict[Invariant, int] = {}  # the application canaries' counts
+    details: dict[str, Any] = {}  # and what else their audits found
     if cfg.eos.enabled:  # the EOS pipeline, from its group's offsets, its output and the canary topic
         from monitor.eos.audit import audit as eos_audit
 
@@ -37,9 +38,10 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
     if cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
         from monitor.group.audit import audit as group_audit
 
-        found = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s).counts
-        canaries.update({inv: found[inv.value]
+        group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s)
+        canaries.update({inv: group.counts[inv.value]
                          for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
+        details["groups"] = group.summary()
     rc = Isolation.READ_COMMITTED.value
     for inv, n in canaries.items():  # no setting allows them: guaranteed
         counts[rc][inv.value] = n
@@ -65,6 +67,7 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
         "undecided_writes": [[iso, tid, p, f"{wid:016x}", inc, seq]
                              for iso, tid, p, wid, inc, seq in sorted(result.undecided_writes)],
         "malformed": h.malformed,
+        **details,
         "ledger_entries": len(h.entries),
         "history": {  # where what the audit could read begins
             "ledger_first_offsets": {str(p): off for p, off in sorted(h.ledger_start.items())},

@@ -24,6 +24,9 @@ app = typer.Typer(
 ScenarioFiles = typer.Option(None, "--scenario", help="A scenario YAML file of your own (repeatable).")
 ReportDir = typer.Option(Path("chaos-reports"), "--report", help="Directory for the reports.")
 MetricsPort = typer.Option(9470, help="Metrics port of each run's checker.")
+WithCanaries = typer.Option(None, "--with", help="Run an application canary in each run as well (repeatable): "
+                            "groups (the consumer-group canary) or eos (the exactly-once pipeline), judged live "
+                            "and by the audit with the rest; the config's groups.enabled / eos.enabled too.")
 
 
 @app.command("list")
@@ -55,6 +58,7 @@ def run(names: list[str] = typer.Argument(None, help="Scenario names (see `vigil
         scenario: Optional[list[Path]] = ScenarioFiles,
         report: Path = ReportDir,
         metrics_port: int = MetricsPort,
+        with_: Optional[list[str]] = WithCanaries,
         as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
         config: Optional[Path] = ConfigOption) -> None:
     """Run scenarios on the local cluster, one after another: fresh topics, writers and checker, a
@@ -65,7 +69,7 @@ def run(names: list[str] = typer.Argument(None, help="Scenario names (see `vigil
     chosen = scenarios.select(list(names or []), list(scenario or []))
     if not chosen:
         raise scenarios.ScenarioError("name at least one scenario (see `vigil chaos list`)")
-    results = [_run_one(runner, s, report) for runner in [_runner(config, metrics_port)] for s in chosen]
+    results = [_run_one(runner, s, report) for runner in [_runner(config, metrics_port, with_)] for s in chosen]
     if as_json:
         print_json([r.to_json() for r in results])
     if not all(r.verdict and r.verdict.passed for r in results):
@@ -77,6 +81,7 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
            only: Optional[list[str]] = typer.Option(None, "--only", help="Run just these scenarios (repeatable)."),
            report: Path = ReportDir,
            metrics_port: int = MetricsPort,
+           with_: Optional[list[str]] = WithCanaries,
            summarize: bool = typer.Option(False, "--summarize", help="Run nothing: write the summary again from "
                                           "the runs already under --report (their result.json)."),
            config: Optional[Path] = ConfigOption) -> None:
@@ -94,7 +99,7 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
         path = reports.write_matrix(rows, report)
         console.print(f"matrix: {len(rows)} rows summarised again; {path}")
         return
-    runner = _runner(config, metrics_port)
+    runner = _runner(config, metrics_port, with_)
     rows = []
     for i, s in enumerate(chosen, 1):
         progress(f"matrix: scenario {i}/{len(chosen)}: {s.name}")
@@ -109,10 +114,23 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
         raise typer.Exit(1)
 
 
-def _runner(config: Optional[Path], metrics_port: int):
-    from monitor.chaos.runner import Runner
+CANARIES = ("groups", "eos")
 
+
+def _runner(config: Optional[Path], metrics_port: int, with_: Optional[list[str]] = None):
+    from monitor.chaos.runner import Runner
+    from monitor.config import parse, to_document
+
+    unknown = sorted(set(with_ or ()) - set(CANARIES))
+    if unknown:
+        raise typer.BadParameter(f"{', '.join(unknown)}: not an application canary (choose from "
+                                 f"{', '.join(CANARIES)})", param_hint="--with")
     cfg = load_config(config)
+    if with_:
+        doc = to_document(cfg)
+        for name in with_:
+            doc[name] = {**doc.get(name, {}), "enabled": True}
+        cfg = parse(doc, str(config or "(defaults)"))
     cluster = LocalCluster(cfg.cluster, progress)
     cluster.up()
     return Runner(cfg, cluster, progress, metrics_port)

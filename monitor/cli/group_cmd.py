@@ -84,14 +84,7 @@ def audit_cmd(
     or group_rewind (rebalance_stall is liveness: reported, not a failure)."""
     cfg = load_config(config)
     result = audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms)
-    out = {"group_skip": result.counts["group_skip"], "group_rewind": result.counts["group_rewind"],
-           "rebalance_stall": result.counts["rebalance_stall"], "redeliveries": result.redeliveries,
-           "observations": result.observations, "malformed_observations": result.malformed,
-           "reference_records": result.reference_records, "judged_records": result.judged_records,
-           "offset_resets": result.resets, "observations_lost": result.observations_lost,
-           "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(result.rebalances.items())},
-           "drills": result.drills[:100],
-           "findings": [[f.invariant, f.partition, f.offset, f.member] for f in result.findings[:100]]}
+    out = result.summary()
     if as_json:
         print_json(out)
     else:

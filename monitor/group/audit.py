@@ -34,6 +34,17 @@ class GroupAudit:
     observations_lost: int  # gaps in the observation log
     judged_records: int  # of those, passed by an acknowledged commit and judged
 
+    def summary(self) -> dict[str, Any]:
+        """As `vigil group audit --json` prints it (and `vigil audit --json` under ``groups``)."""
+        return {"group_skip": self.counts["group_skip"], "group_rewind": self.counts["group_rewind"],
+                "rebalance_stall": self.counts["rebalance_stall"], "redeliveries": self.redeliveries,
+                "observations": self.observations, "malformed_observations": self.malformed,
+                "reference_records": self.reference_records, "judged_records": self.judged_records,
+                "offset_resets": self.resets, "observations_lost": self.observations_lost,
+                "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(self.rebalances.items())},
+                "drills": self.drills[:100],
+                "findings": [[f.invariant, f.partition, f.offset, f.member] for f in self.findings[:100]]}
+
 
 def ensure_observation_topic(cfg: Config) -> None:
     """One partition: its offsets order every member's observations."""

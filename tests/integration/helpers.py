@@ -38,6 +38,9 @@ def make_config(tmp: Path, client_base: int, internal_base: int, control_port: i
             "proxy_control_port": control_port,
         },
         "metrics": {"port": 0},
+        # the group canary (on in `vigil run` by default) where a test asks for it: three more
+        # processes and a Spark source cost every run's time on 2 cores
+        "groups": {"enabled": False},
     }
     for key, value in extra.items():
         data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value

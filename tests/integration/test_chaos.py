@@ -153,14 +153,18 @@ def test_s6_unclean_election_every_rewritten_offset_read_is_inconsistent_as_an_i
     inconsistent was read holding one record and holds another in the final log, and every such
     offset below the highest one live flagged was flagged; the writes lost are those rewritten
     offsets' writes, all at_risk; lost writes == audit, apart from writes live saw vanish where the
-    final log does not reach past their settle window, which the audit leaves undecided (about 3.5 min)."""
+    final log does not reach past their settle window, which the audit leaves undecided. With the
+    consumer-group canary on (`--with groups`): its members had consumed into the rewritten offsets,
+    their client reset its positions (truncation detected) and consumed the new records there, and
+    no rule calls that a skip or a rewind — live or by the audit — while every record read_committed
+    holds is judged (about 4 min)."""
     cfg = cluster_ready["config"]
     admin_topics = set(clients.admin(cfg).list_topics(timeout=10).topics)
     recorder = Recorder(cluster_ready["bootstrap"], "vigil-chaos-s6-", admin_topics)
     recorder.start()
     try:
-        out = vigil(cluster_ready["config_path"], "chaos", "run", "S6", "--report", str(tmp_path), "--json",
-                    "--metrics-port", "29482", timeout=900)
+        out = vigil(cluster_ready["config_path"], "chaos", "run", "S6", "--with", "groups", "--report", str(tmp_path),
+                    "--json", "--metrics-port", "29482", timeout=900)
     finally:
         recorder.stop.set()
         recorder.join(30)
@@ -172,6 +176,11 @@ def test_s6_unclean_election_every_rewritten_offset_read_is_inconsistent_as_an_i
     assert verdict["passed"] and verdict["promise_kept"] and verdict["live_equals_audit"], verdict
     live = {k: n for k, n in result["live"]["violations"].items() if k.split("/")[0] in HISTORY}
     assert live and all(k.endswith("/at_risk") for k in live), live
+    group = result["audit"]["groups"]
+    assert not {k for k in result["live"]["violations"] if k.startswith(("group_skip", "group_rewind"))}, live
+    assert group["group_skip"] == group["group_rewind"] == group["observations_lost"] == 0, group
+    assert group["judged_records"] == group["reference_records"] > 10_000, group
+    assert group["offset_resets"] >= 1 and group["redeliveries"] > 0, group  # the truncation reached the group
     final = {(r.partition, r.offset): r.value for r in read_all(cluster_ready["bootstrap"], recorder.topic,
                                                                  "read_uncommitted")}
     rewritten = {k for k, v in recorder.first.items() if k in final and final[k] != v}

@@ -58,3 +58,17 @@ def test_a_bad_scenario_names_the_key_and_the_reason(change, where, why):
     text = str(err.value)
     assert text.startswith("invalid scenario in mine.yaml:")
     assert f"  {where}: " in text and why in text, text
+
+
+def test_a_run_gives_the_application_canaries_groups_and_topics_of_its_own(tmp_path):
+    from monitor.chaos.runner import run_config
+    from monitor.config import parse as parse_config
+
+    base = parse_config({"groups": {"enabled": True, "members": 2}, "eos": {"enabled": False}}, "base.yaml")
+    s = scenario.builtin()["S3"]
+    cfg = run_config(base, s, tmp_path, "20261124", 9471)
+    assert cfg.groups.enabled and cfg.groups.members == 2 and not cfg.eos.enabled
+    assert cfg.groups.group == "vigil-chaos-s3-20261124-group"
+    assert cfg.groups.observation_topic == "vigil-chaos-s3-20261124-group-obs"
+    assert (cfg.eos.group, cfg.eos.output_topic) == ("vigil-chaos-s3-20261124-eos", "vigil-chaos-s3-20261124-eos-out")
+    assert cfg.canary.name == "vigil-chaos-s3-20261124" and cfg.ledger.topic == "vigil-chaos-s3-20261124-ledger"

@@ -60,3 +60,20 @@ def test_writes_seen_vanish_that_the_audit_leaves_undecided_explain_live_above_a
     assert not judge(_s(), {key: 10, ru: 1}, {key: 7}).live_equals_audit
     # equal counts although the audit left three of live's losses undecided: it counted three live did not
     assert not judge(_s(), {key: 10, ru: 1}, {key: 10}, beyond).live_equals_audit
+
+
+def test_the_application_canaries_are_compared_with_the_audit_and_a_guaranteed_one_breaks_the_promise():
+    audit = audit_counts({"by_durability": {"read_committed": {
+        "group_skip": {"guaranteed": 2, "at_risk": 0}, "rebalance_stall": {"guaranteed": 1},
+        "eos_loss": {"guaranteed": 0}}}})
+    assert audit == {("group_skip", "read_committed", "guaranteed"): 2,
+                     ("rebalance_stall", "read_committed", "guaranteed"): 1}
+    live = live_counts({"checker": {"violations": {"group_skip/read_committed/guaranteed": 2,
+                                                   "rebalance_stall/read_committed/guaranteed": 1}}})
+    v = judge(_s(promise_kept=True), live, audit)
+    assert v.live_equals_audit and not v.promise_kept and v.unmet == ["Kafka's promise broken, expected kept"]
+    stall_only = {("rebalance_stall", "read_committed", "guaranteed"): 1}
+    assert judge(_s(promise_kept=True), stall_only, stall_only).passed  # liveness: compared, no broken promise
+    v = judge(_s(), {("eos_duplicate", "read_committed", "guaranteed"): 1}, {})
+    assert v.disagreements == [{"invariant": "eos_duplicate", "isolation": "read_committed",
+                                "durability": "guaranteed", "live": 1, "audit": 0}]
