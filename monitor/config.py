@@ -272,6 +272,10 @@ class EosConfig(_Model):
                              "the consumer stands after each abort is reported (KAFKA-17582)")
     close_bound_s: float = Field(30.0, gt=0, description="a close() that has not returned after this long is "
                                  "reported hung (KAFKA-17734) and the worker killed")
+    client: Literal["java", "librdkafka"] = Field(
+        "java", description="the worker's Kafka client: java (a small program compiled at setup against the "
+        "kafka-clients jar; most applications run this client) or librdkafka (its twin in Python on "
+        "confluent-kafka); the eos metrics are labelled by it")
 
 
 class GroupsConfig(_Model):

@@ -1,4 +1,5 @@
-"""`vigil eos`: the exactly-once pipeline canary (a Java consume-transform-produce worker) and its audit."""
+"""`vigil eos`: the exactly-once pipeline canary (a consume-transform-produce worker on the Java client,
+or its librdkafka twin) and its audit."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from monitor.eos.runner import EosPipeline
 from monitor.eos.worker import worker_for
 
 app = typer.Typer(help="The exactly-once pipeline canary: a consume-transform-produce worker on the Java client "
-                  "that reads the canary topic and writes each record's source position to an output topic in "
+                  "(or, with eos.client librdkafka, its twin on confluent-kafka) that reads the canary topic and writes each record's source position to an output topic in "
                   "transactions carrying its group's offsets, aborting some on purpose; and its audit "
                   "(eos_loss, eos_duplicate).", no_args_is_help=True)
 
@@ -27,6 +28,7 @@ DRILLS = ("eos_loss", "eos_duplicate")
 @app.command("run")
 def run(
     duration: float = typer.Option(0.0, help="Stop after this many seconds (0 = until Ctrl-C / SIGTERM)."),
+    client: Optional[str] = typer.Option(None, help="java or librdkafka (default: eos.client)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
@@ -40,6 +42,10 @@ def run(
     `vigil eos audit`.
     """
     cfg = load_config(config)
+    if client is not None:
+        if client not in ("java", "librdkafka"):
+            raise typer.BadParameter(f"{client!r}: java or librdkafka", param_hint="--client")
+        cfg = cfg.model_copy(update={"eos": cfg.eos.model_copy(update={"client": client})})
     admin = clients.admin(cfg)
     canary = clients.ensure_topic(admin, cfg.canary.name, cfg.canary.partitions, cfg.canary.replication_factor,
                                   cfg.canary.topic_configs())
@@ -62,7 +68,7 @@ def run(
             break
     pipeline.stop()
     closed = worker.of_kind("closed")
-    summary = {"after_abort": dict(worker.after_abort_classes()), "aborts": len(worker.of_kind("abort")),
+    summary = {"client": worker.client, "after_abort": dict(worker.after_abort_classes()), "aborts": len(worker.of_kind("abort")),
                "drills": worker.of_kind("drill"), "close_ms": closed[-1]["ms"] if closed else None,
                "close_hung": pipeline.close_hung > 0, "stuck_before_close": worker.stuck,
                "worker_exits": pipeline.exits}

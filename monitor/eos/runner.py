@@ -10,7 +10,8 @@ Metrics (a collector over its events, so nothing is counted twice):
 - ``vigil_eos_worker_exits_total{client}``: worker processes that ended by themselves (each is
   started again).
 
-``client`` is ``java``: the worker runs on the Java client.
+``client`` is ``eos.client``: ``java`` (the Java client, which most applications run) or
+``librdkafka`` (its twin, :mod:`monitor.eos.rdkafka_worker`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ from invariants.eos import AFTER_ABORT_CLASSES
 from monitor.audit.reader import committed_to_the_end
 from monitor.config import Config
 from monitor.eos.worker import EosWorker, worker_for
-
-CLIENT = "java"
-
 
 class EosPipeline:
     def __init__(self, cfg: Config, registry: CollectorRegistry | None = None,
@@ -95,13 +93,13 @@ class EosPipeline:
                                     "aborted transaction (KAFKA-17582)", labels=["client", "position"])
         classes = self.worker.after_abort_classes()
         for cls in AFTER_ABORT_CLASSES:
-            after.add_metric([CLIENT, cls], classes.get(cls, 0))
+            after.add_metric([self.worker.client, cls], classes.get(cls, 0))
         yield after
         hung = CounterMetricFamily("vigil_eos_close_hung", "EOS worker close() calls that did not return within "
                                    "eos.close_bound_s (KAFKA-17734)", labels=["client"])
-        hung.add_metric([CLIENT], self.close_hung)
+        hung.add_metric([self.worker.client], self.close_hung)
         yield hung
         exits = CounterMetricFamily("vigil_eos_worker_exits", "EOS worker processes that ended by themselves "
                                     "(each started again)", labels=["client"])
-        exits.add_metric([CLIENT], self.exits)
+        exits.add_metric([self.worker.client], self.exits)
         yield exits

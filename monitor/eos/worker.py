@@ -1,6 +1,7 @@
-"""Run the Java EOS worker as a child process and collect what it reports.
+"""Run the EOS worker as a child process and collect what it reports: on the Java client
+(``EosWorker.java``, compiled at setup) or its librdkafka twin (:mod:`monitor.eos.rdkafka_worker`).
 
-The worker's stdout is one JSON event per line (see ``EosWorker.java``); a reader thread keeps
+The worker's stdout is one JSON event per line, the same for both; a reader thread keeps
 them, in order, for whoever watches the worker: the abort positions, the drills it applied,
 progress, and how long its ``close()`` took. Its stderr goes to a log file. ``stop`` asks it to
 close (SIGTERM) and counts a close that does not return within the bound (KAFKA-17734) before it
@@ -13,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -53,6 +55,7 @@ class EosWorker:
     transactional_id: str
     workdir: Path
     abort_every: int = 5
+    client: str = "java"  # or "librdkafka": the twin
     events: list[dict[str, Any]] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     stuck: bool = False  # the last stop found it not even closing: killed
@@ -65,21 +68,30 @@ class EosWorker:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        props = self.workdir / "client.properties"  # may hold the SASL password: the owner's only
-        fd = os.open(props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(properties(self.cfg))
-        cp = worker_classpath(self.cfg.cluster.kafka_version, self.cfg.watch.java_home)
-        java = find_java(self.cfg.watch.java_home).executable
+        args = [self.input_topic, self.output_topic, self.group, self.transactional_id, str(self.abort_every),
+                str(self.control)]
+        if self.client == "librdkafka":
+            conf = self.workdir / "client.json"  # may hold the SASL password: the owner's only
+            self._write_private(conf, json.dumps(client_config.admin(self.cfg)))
+            cmd = [sys.executable, "-m", "monitor.eos.rdkafka_worker", str(conf), *args]
+        else:
+            props = self.workdir / "client.properties"
+            self._write_private(props, properties(self.cfg))
+            cp = worker_classpath(self.cfg.cluster.kafka_version, self.cfg.watch.java_home)
+            java = find_java(self.cfg.watch.java_home).executable
+            cmd = [java, "-Xmx256m", "-cp", cp, MAIN_CLASS, str(props), *args]
         log = open(self.workdir / "worker.log", "ab")
-        self.proc = subprocess.Popen(
-            [java, "-Xmx256m", "-cp", cp, MAIN_CLASS, str(props), self.input_topic, self.output_topic, self.group,
-             self.transactional_id, str(self.abort_every), str(self.control)],
-            # stdin held open: when this process ends (even by kill -9) the worker reads its end and stops
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE)
+        # stdin held open: when this process ends (even by kill -9) the worker reads its end and stops
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE)
         log.close()
         self.started_at = time.monotonic()
         threading.Thread(target=self._read, args=(self.proc,), daemon=True, name="eos-worker-events").start()
+
+    @staticmethod
+    def _write_private(path: Path, text: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
 
     def _read(self, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
@@ -147,8 +159,9 @@ class EosWorker:
 
 
 def worker_for(cfg: Config) -> EosWorker:
-    """The configured pipeline's worker: it reads the canary topic; ``<group>-<instance id>`` is
-    its transactional id and static member id; its files are under ``<state_dir>/eos``."""
+    """The configured pipeline's worker (on ``eos.client``): it reads the canary topic;
+    ``<group>-<instance id>`` is its transactional id and static member id; its files are under
+    ``<state_dir>/eos``."""
     return EosWorker(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group,
                      f"{cfg.eos.group}-{cfg.resolved_instance_id()}", Path(cfg.state_dir) / "eos",
-                     abort_every=cfg.eos.abort_every)
+                     abort_every=cfg.eos.abort_every, client=cfg.eos.client)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -44,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from invariants.doc_runs import offset_runs
 from monitor.group import observations as obs_format
+from monitor.signals import install_stop_handlers, stop_when_stdin_ends
 
 # Errors with which the group refused a whole commit: nothing was committed. A per-partition error
 # (librdkafka reports the last failing partition's even when others were committed) is "unknown".
@@ -286,15 +286,6 @@ class Member:
         return EXIT_FATAL if self.fatal or self.undelivered else 0
 
 
-def _watch_stdin(stop: threading.Event) -> None:
-    try:
-        while os.read(0, 4096):  # the raw descriptor: a buffered reader's lock would block shutdown
-            pass
-    except OSError:
-        pass
-    stop.set()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--conf", required=True, help="JSON file of the librdkafka base settings")
@@ -311,9 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = json.loads(Path(args.conf).read_text())
     member = Member(base, args)
-    signal.signal(signal.SIGTERM, lambda *_a: member.stop.set())
-    signal.signal(signal.SIGINT, lambda *_a: member.stop.set())
-    threading.Thread(target=_watch_stdin, args=(member.stop,), daemon=True).start()
+    install_stop_handlers(member.stop)
+    stop_when_stdin_ends(member.stop)
     return member.run()
 
 

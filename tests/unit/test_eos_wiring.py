@@ -4,6 +4,10 @@ retention rules of the live judgement."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pyarrow as pa
 import pytest
 
@@ -11,8 +15,10 @@ from invariants.catalog import Invariant
 from invariants.checker import Checker
 from invariants.eos import EosFinding, EosLive
 from invariants.model import RC, Read
-from monitor.config import parse
+from monitor.config import ConfigError, parse
 from monitor.eos import output_format
+from monitor.eos import worker as worker_module
+from monitor.eos.worker import worker_for
 from monitor.watch.batch import EosInput, apply_batch
 from monitor.watch.eos_feed import EosFeed
 from monitor.watch.executor import decode_table
@@ -91,3 +97,35 @@ def test_samples_past_the_cap_keep_the_oldest_which_is_ready_first():
         live.committed({0: i}, {0: i})
     assert len(live.samples) == EosLive.MAX_SAMPLES
     assert live.samples[0] == ({0: 0}, {0: 0}) and live.samples[-1][0] == {0: EosLive.MAX_SAMPLES + 9}
+
+
+def test_the_worker_runs_on_the_configured_client_with_the_same_arguments_and_its_secrets_owner_only(
+        tmp_path, monkeypatch):
+    started = []
+
+    class Proc:
+        stdout: list = []
+
+        def __init__(self, cmd, **_kw):
+            started.append(cmd)
+
+    monkeypatch.setattr(worker_module.subprocess, "Popen", Proc)
+    monkeypatch.setattr(worker_module, "worker_classpath", lambda *_a: "cp")
+    monkeypatch.setattr(worker_module, "find_java", lambda *_a: SimpleNamespace(executable="java"))
+    for client in ("java", "librdkafka"):
+        cfg = parse({"state_dir": str(tmp_path / client), "instance_id": "i", "canary": {"name": "canary"},
+                     "eos": {"client": client, "group": "vigil-eos", "output_topic": "out", "abort_every": 4},
+                     "kafka": {"bootstrap_servers": "b:1", "security": {"protocol": "SASL_PLAINTEXT",
+                               "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "u", "sasl_password": "pw"}}},
+                    "t.yaml")
+        w = worker_for(cfg)
+        assert w.client == client
+        w.start()
+    java, twin = started
+    tail = ["canary", "out", "vigil-eos", "vigil-eos-i", "4", str(tmp_path / "librdkafka" / "eos" / "control")]
+    assert java[:3] == ["java", "-Xmx256m", "-cp"] and java[-6:-1] == tail[:-1]
+    assert twin[1:3] == ["-m", "monitor.eos.rdkafka_worker"] and twin[-6:] == tail
+    conf = Path(twin[3])
+    assert json.loads(conf.read_text())["bootstrap.servers"] == "b:1" and conf.stat().st_mode & 0o077 == 0
+    with pytest.raises(ConfigError, match="eos.client"):
+        parse({"eos": {"client": "jvm"}}, "t.yaml")
