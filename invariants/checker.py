@@ -53,7 +53,7 @@ from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
 )
 from invariants.offsets import OffsetsFamily
-from invariants.promises import WriteClass
+from invariants.promises import GUARANTEED, Promise, WriteClass, read_record
 from invariants.read_index import PartitionView
 from invariants.topic_lifecycle import TopicLifecycle
 from invariants.sequence import SequenceFamily
@@ -243,7 +243,14 @@ class Checker(TopicLifecycle):
             inv = Invariant.EOS_LOSS if f.invariant == "eos_loss" else Invariant.EOS_DUPLICATE
             detail = ("below the group's committed offset, no copy in the committed output" if f.copies == 0
                       else f"{f.copies} copies in the committed output")
-            self.sink.add(Violation(inv, RC, self.eos_topic_id, f.partition, (f.offset,), detail=detail))
+            promise = self._canary_promise(self.eos_topic_id)
+            self.sink.add(Violation(inv, RC, self.eos_topic_id, f.partition, (f.offset,), detail=detail,
+                                    durability=promise.durability, reason=promise.reason))
+
+    def _canary_promise(self, topic_id: str) -> Promise:
+        """The class of the application canaries' findings: a record read, on the canary topic's
+        latest observed settings (:mod:`invariants.promises`)."""
+        return read_record(self.topic_settings.get(topic_id))
 
     def apply_eos_output(self, partition: int, records: Sequence[tuple[int, tuple[int, int]]],
                          reader_at: int | None = None) -> None:
@@ -302,8 +309,10 @@ class Checker(TopicLifecycle):
         tid = self.group_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
         for f in self.groups.judge(starts):
+            # a stall is liveness, about no setting of the topic
+            promise = self._canary_promise(tid) if f.invariant != "rebalance_stall" else GUARANTEED
             self.sink.add(Violation(Invariant(f.invariant), RC, tid, f.partition, (f.offset,) if f.offset >= 0 else (),
-                                    detail=_group_detail(f)))
+                                    detail=_group_detail(f), durability=promise.durability, reason=promise.reason))
 
     def _read_first(self, key: ViewKey, v: PartitionView, other: PartitionView | None, r: Read) -> None:
         off, ident = r.offset, r.ident

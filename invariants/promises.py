@@ -33,6 +33,12 @@ The class depends on the invariant, not only on the writer:
   no unclean election), else ``at_risk`` (a lossy topic can tear a transaction).
 * **outcome_gap** and the liveness invariants are about the ledger and availability, not about
   what the canary topic's configuration allows: ``guaranteed``.
+* **group_skip, group_rewind, eos_loss, eos_duplicate** (the application canaries): judged on
+  records a consumer read (below the high watermark) against what a group committed — classed
+  as a record read (``read_record``) on the canary topic's latest observed settings: an unclean
+  election may rewrite what a group had consumed and committed past (``at_risk``); otherwise
+  ``guaranteed``. :func:`latest_topic_settings` gives the live checker and the audit the same
+  settings once both have the whole ledger.
 * **g0_write_cycle**: Kafka makes no promise that concurrent transactions are ordered alike on
   every partition: always ``at_risk``, reason ``kafka_allows`` (:mod:`invariants.write_cycles`).
 
@@ -44,8 +50,9 @@ ledger, classify every write alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
-from invariants.ledger_format import TopicSettings, WriterSettings
+from invariants.ledger_format import Checkpoint, LedgerEntry, Start, TopicSettings, WriterSettings
 from invariants.model import Durability
 
 
@@ -96,6 +103,17 @@ def read_record(topic: TopicSettings | None) -> Promise:
     if topic.unclean_leader_election:
         return Promise(Durability.AT_RISK, "unclean leader election enabled")
     return GUARANTEED
+
+
+def latest_topic_settings(entries: Iterable[LedgerEntry], topic_id: str) -> TopicSettings | None:
+    """The canary topic's settings as the writers last observed them (``Start`` / ``Checkpoint``
+    entries, in ledger order); None when none did."""
+    last = None
+    for e in entries:
+        body = e.body
+        if isinstance(body, (Start, Checkpoint)) and body.topic_id == topic_id and body.topic_settings is not None:
+            last = body.topic_settings
+    return last
 
 
 def ordering(writer: WriterSettings, topic: TopicSettings | None) -> Promise:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from monitor import child_run
 from monitor.child_run import first_batch, free_port, scrape
-from monitor.config import Config, write_document
+from monitor.config import Config, own_application_canaries, write_document
 from monitor.drill_table import expected_counts
 from monitor.metrics import E2E_BUCKETS
 
@@ -118,7 +118,10 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
         "metrics": cfg.metrics.model_copy(update={"port": port, "bind": "127.0.0.1"}),
         "writers": [w.model_copy(update={"rate": w.rate * scale}) for w in cfg.writers],
     })
-    live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"})})
+    own = own_application_canaries(live.canary.name)
+    live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"}),
+                                   "groups": cfg.groups.model_copy(update=own["groups"]),
+                                   "eos": cfg.eos.model_copy(update=own["eos"])})
     path = tmp / "vigil.yaml"
     write_document(live, path)
     topics = prepare_topics(live)

@@ -285,7 +285,9 @@ class GroupsConfig(_Model):
     members: int = Field(3, ge=1, le=32, description="members of the consumer-group canary (`vigil group run`), "
                          "each its own process")
     group: str = Field("vigil-group", min_length=1, description="its consumer group (keep the vigil- prefix: "
-                       "the secured local cluster's ACLs grant groups by it)")
+                       "the secured local cluster's ACLs grant groups by it); members are static as "
+                       "<group>-m<N>, so two Vigil instances on one cluster need a group and an "
+                       "observation_topic each")
     protocol: Literal["classic", "consumer"] = Field(
         "classic", description="group protocol: classic (session.timeout_ms and cooperative-sticky assignment "
         "are the members') or consumer (KIP-848: session, heartbeat and assignment are the broker's)")
@@ -457,6 +459,15 @@ def expand_env(data: Any, where: str = "") -> Any:
             return os.environ[m.group(1)]
         return _ENV_REF.sub(sub, data)
     return data
+
+
+def own_application_canaries(prefix: str) -> dict[str, dict[str, str]]:
+    """Group and topic names of the application canaries for a run of its own (chaos, soak, bench
+    --live): their topics are read from the start and their group ids are static member and
+    transactional ids, so a run sharing them would judge an earlier run's observations and fence
+    its members."""
+    return {"groups": {"group": f"{prefix}-group", "observation_topic": f"{prefix}-group-obs"},
+            "eos": {"group": f"{prefix}-eos", "output_topic": f"{prefix}-eos-out"}}
 
 
 def to_document(cfg: Config) -> dict[str, Any]:

@@ -49,7 +49,7 @@ import psutil
 from invariants.catalog import CATALOG, Invariant, Severity
 from monitor import child_run
 from monitor.child_run import first_batch, free_port, scrape
-from monitor.config import Config, parse, to_document, write_document
+from monitor.config import Config, own_application_canaries, parse, to_document, write_document
 from monitor.watch.state import STATE_FILE
 
 FIGURES = ("rss", "rss_steady", "worker_rss", "workers", "state", "checkpoint", "fds", "threads")
@@ -195,6 +195,8 @@ def soak_config(base: Config, run_dir: Path, retention_s: float, port: int) -> t
                                     "segment.bytes": segments["segment.bytes"]}},
         "metrics": {**doc.get("metrics", {}), "port": port, "bind": "127.0.0.1"},
         "watch": {**doc.get("watch", {}), "checkpoint_dir": ""},
+        **{name: {**doc.get(name, {}), **names}
+           for name, names in own_application_canaries(f"vigil-soak-{stamp}").items()},
     })
     path = run_dir / "vigil.yaml"
     write_document(doc, path)

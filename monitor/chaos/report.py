@@ -104,7 +104,9 @@ def write(r: RunResult) -> Path:
             for k, n in sorted(live.items())]
     out += ["## Live and audit", "", _md_table(rows) if rows else "No violation counted live.", ""]
     group = r.audit.get("groups")
-    if group:  # the consumer-group canary ran: what the faults did to it
+    if group and "skipped" in group:
+        out += ["## Consumer-group canary", "", f"Not audited: {group['skipped']}.", ""]
+    elif group:  # the consumer-group canary ran: what the faults did to it
         out += ["## Consumer-group canary", "",
                 f"By the audit: group_skip {group['group_skip']}, group_rewind {group['group_rewind']}, "
                 f"rebalance_stall {group['rebalance_stall']}; {group['judged_records']} of "

@@ -27,7 +27,7 @@ from monitor.chaos.targets import Resolver
 from monitor.chaos.verdict import Verdict, audit_counts, judge, live_counts, vanished_beyond_audit
 from monitor.cluster import features
 from monitor.cluster.local_cluster import LocalCluster
-from monitor.config import Config, parse, to_document, write_document
+from monitor.config import Config, own_application_canaries, parse, to_document, write_document
 from monitor.child_run import first_batch
 
 VIGIL = [sys.executable, "-m", "monitor"]
@@ -76,8 +76,7 @@ def run_config(base: Config, scenario: Scenario, run_dir: Path, stamp: str, metr
         "writers": [w.model_dump(mode="json") for w in scenario.writers],
         "watch": {**data.get("watch", {}), **scenario.watch, "evidence": {}},
         "metrics": {**data.get("metrics", {}), "port": metrics_port},
-        "groups": {**data.get("groups", {}), "group": f"{prefix}-group", "observation_topic": f"{prefix}-group-obs"},
-        "eos": {**data.get("eos", {}), "group": f"{prefix}-eos", "output_topic": f"{prefix}-eos-out"},
+        **{name: {**data.get(name, {}), **names} for name, names in own_application_canaries(prefix).items()},
     })
     path = run_dir / "vigil.yaml"
     write_document(data, path)

@@ -10,6 +10,8 @@ from rich.table import Table
 
 from invariants.catalog import CATALOG, Invariant, Isolation
 from invariants.model import DURABILITIES, Durability
+from invariants.promises import latest_topic_settings, read_record
+from monitor import clients
 from monitor.audit.hanging import hanging_transactions
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit
 from monitor.audit.reader import read_history
@@ -35,7 +37,10 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
 
         verdict = eos_audit(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group, timeout_s).verdict
         canaries.update({Invariant.EOS_LOSS: len(verdict.losses), Invariant.EOS_DUPLICATE: len(verdict.duplicates)})
-    if cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
+    if cfg.groups.enabled and clients.describe_topic(clients.admin(cfg), cfg.groups.observation_topic) is None:
+        # no member ever ran here (a history from before the group canary, a `vigil watch` without them)
+        details["groups"] = {"skipped": f"no observation topic {cfg.groups.observation_topic!r}"}
+    elif cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
         from monitor.group.audit import audit as group_audit
 
         group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s)
@@ -43,9 +48,12 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
                          for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
         details["groups"] = group.summary()
     rc = Isolation.READ_COMMITTED.value
-    for inv, n in canaries.items():  # no setting allows them: guaranteed
+    # a record read, on the canary topic's latest settings; a stall is about no setting
+    read = read_record(latest_topic_settings(h.entries, h.topic_id))
+    for inv, n in canaries.items():
+        durability = Durability.GUARANTEED if inv is Invariant.REBALANCE_STALL else read.durability
         counts[rc][inv.value] = n
-        by_class[rc][inv.value] = {d.value: (n if d is Durability.GUARANTEED else 0) for d in DURABILITIES}
+        by_class[rc][inv.value] = {d.value: (n if d is durability else 0) for d in DURABILITIES}
     examples = {f"{inv.value}/{iso.value}": ex for (inv, iso), ex in result.examples.items() if ex}
     return {
         **counts,
@@ -115,6 +123,8 @@ def audit_cmd(
     for row in report["lost_writes_by_writer"]:
         console.print(f"lost writes of writer {row['writer'] or '?'} ({row['isolation']}): {row['count']} "
                       f"[{row['durability']}]")
+    if "skipped" in report.get("groups", {}):
+        console.print(f"group canary: not audited ({report['groups']['skipped']})")
     hist = report["history"]
     console.print(f"history begins at ledger offsets {hist['ledger_first_offsets']} and canary log start "
                   f"{hist['canary_log_start']}; writers joined mid-stream: {hist['writers_joined_mid_stream']}")

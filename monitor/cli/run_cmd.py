@@ -38,7 +38,9 @@ def run(
 ) -> None:
     """Run the embedded default: local 3-node cluster, canary writers and the live checker.
 
-    Metrics on 127.0.0.1:9464 (`metrics.bind`, `metrics.port`).
+    Metrics on 127.0.0.1:9464 (`metrics.bind`, `metrics.port`). The application canaries run
+    beside the writers: the consumer group's members (`groups.enabled`, on by default) and the
+    exactly-once pipeline (`eos.enabled`, off by default).
 
     With `kafka.bootstrap_servers` set, the configured cluster is used instead of the local
     one. Writers start once the checker's query runs (at most 2 minutes after it is started),

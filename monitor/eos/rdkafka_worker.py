@@ -40,6 +40,7 @@ from monitor.eos.output_format import FLAG_DRILL_COPY, encode
 from monitor.signals import install_stop_handlers, stop_when_stdin_ends
 
 EXIT_FENCED, EXIT_FAILED = 3, 4
+FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 MAX_POLL_RECORDS = 200
 TXN_TIMEOUT_S = 30.0
 
@@ -135,12 +136,11 @@ class Worker:
             return 0
         except KafkaException as exc:
             err = exc.args[0]
-            if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                             KafkaError.INVALID_PRODUCER_EPOCH):
+            if err.code() in FENCED:  # as the Java worker: only its producer fenced is status 3
                 say(f"fenced (a newer instance of {self.args.transactional_id}, or the coordinator aborted a "
                     f"transaction past its timeout): {err.str()}")
                 return EXIT_FENCED
-            say(f"giving up: {err.str()}")
+            say(f"giving up{' (fatal)' if err.fatal() else ''}: {err.str()}")
             return EXIT_FAILED
         except Exception as exc:  # noqa: BLE001 (its runner starts it again; never a hang)
             say(f"giving up: {exc!r}")
@@ -232,7 +232,9 @@ class Worker:
                     self._seek(p, rs[0].offset())
             for p, at in self.positions([p for p in parts if p not in resumed and p in owned]).items():
                 resumed[p] = at
-        committed = {tp.partition: tp.offset for tp in self.consumer.committed(
+        # (a partition whose committed offset could not be fetched counts as none: resumed from
+        # where its transaction began, which is below anything not written)
+        committed = {tp.partition: (tp.offset if tp.error is None else -1) for tp in self.consumer.committed(
             [TopicPartition(self.args.input, p) for p in parts], TXN_TIMEOUT_S)}
         owned = self.owned()
         skipped: list[TopicPartition] = []

@@ -60,17 +60,33 @@ def _same_sources_as_the_checkpoint(cfg: Config) -> None:
     if not logs:
         return
     try:
-        had = len([line for line in logs[-1][1].read_text().splitlines()[2:] if line.strip()])
+        lines = [line for line in logs[-1][1].read_text().splitlines()[2:] if line.strip()]
     except OSError:
         return
-    want = 3 + cfg.eos.enabled + cfg.groups.enabled
-    if had != want:
+    # the application canaries' sources follow the canary's two and the ledger's, by topic
+    canaries = [topic for topic, on in ((cfg.eos.output_topic, cfg.eos.enabled),
+                                        (cfg.groups.observation_topic, cfg.groups.enabled)) if on]
+    had = [_source_topic(line) for line in lines[3:]]
+    if len(lines) != 3 + len(canaries) or (all(had) and had != canaries):
         from monitor.watch.state import StateError
 
-        raise StateError(f"{cfg.spark_checkpoint_dir()}: the Spark checkpoint reads {had} sources, this config "
-                         f"{want} (eos.enabled is {str(cfg.eos.enabled).lower()}, groups.enabled is "
-                         f"{str(cfg.groups.enabled).lower()}): set them back, or start the checker afresh over "
+        raise StateError(f"{cfg.spark_checkpoint_dir()}: the Spark checkpoint reads {len(lines)} sources"
+                         f"{' (' + ', '.join(had) + ' after the canary and the ledger)' if any(had) else ''}, this "
+                         f"config {3 + len(canaries)}{' (' + ', '.join(canaries) + ')' if canaries else ''}; "
+                         f"eos.enabled is {str(cfg.eos.enabled).lower()}, groups.enabled is "
+                         f"{str(cfg.groups.enabled).lower()}: set them back, or start the checker afresh over "
                          "what the topics retain: `vigil state rebuild`")
+
+
+def _source_topic(line: str) -> str:
+    """The topic of one source's offsets in Spark's offset log ({"topic": {"partition": offset}});
+    "" when the line says none."""
+    try:
+        offsets = json.loads(line)
+    except ValueError:
+        return ""
+    return next(iter(offsets), "") if isinstance(offsets, dict) and len(offsets) == 1 else ""
+
 
 
 def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,

@@ -155,7 +155,7 @@ def test_the_consumer_protocol_kip848_a_static_member_back_within_its_session_is
     the broker's): two static members consume and commit; one stopped cleanly and started again
     takes its partitions back; one killed -9 and started again within the broker's session (45 s)
     is fenced — its new instance exits with ``UNRELEASED_INSTANCE_ID`` (status 3), which is what
-    Vigil shows as a member exit. Nothing skipped or rewound, every record judged (about 35 s)."""
+    Vigil shows as a member exit. Nothing skipped or rewound (about 15 s)."""
     env = cluster_ready
     suffix = uuid.uuid4().hex[:8]
     topic, obs_topic = f"group848-src-{suffix}", f"group848-obs-{suffix}"

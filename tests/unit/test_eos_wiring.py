@@ -57,7 +57,7 @@ def test_switching_eos_under_an_existing_checkpoint_is_refused_with_the_way_out(
     _same_sources_as_the_checkpoint(config(tmp_path, enabled=False))
     offset_log(cfg, 1, [{"canary": {"0": 1}}, {"canary": {"0": 1}}, {"ledger": {"0": 1}}, {"out": {"0": 1}}])
     _same_sources_as_the_checkpoint(cfg)
-    with pytest.raises(StateError, match="reads 4 sources, this config 3"):
+    with pytest.raises(StateError, match="reads 4 sources .out after the canary and the ledger., this config 3"):
         _same_sources_as_the_checkpoint(config(tmp_path, enabled=False))
 
 

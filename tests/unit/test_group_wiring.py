@@ -10,6 +10,8 @@ import pyarrow as pa
 import pytest
 
 from invariants.checker import Checker
+from invariants.ledger_format import Checkpoint, LedgerEntry, Start, TopicSettings, WriterRef, WriterSettings
+from invariants.promises import latest_topic_settings
 from invariants.model import RC, Read, Settings
 from monitor.config import parse
 from monitor.group import observations
@@ -55,6 +57,31 @@ def test_observation_rows_reach_the_checker_and_a_skip_waits_for_the_reader_then
     assert ck.groups.redeliveries == 0
 
 
+@pytest.mark.parametrize("settings, durability, reason", [
+    (TopicSettings(3, 2, False), "guaranteed", ""),
+    (TopicSettings(3, 1, True), "at_risk", "unclean leader election enabled"),
+    (None, "unknown", "topic settings not observed"),
+])
+def test_a_group_finding_is_classed_as_a_record_read_on_the_canary_topics_latest_settings(settings, durability,
+                                                                                            reason):
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    ck.group_source = "canary"
+    if settings is not None:
+        ck.topic_settings["tid"] = settings
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(9)])
+    found, _ = apply_batch(ck, rows(history()), lambda _n: "tid", group_reader_at={0: 9})
+    assert sorted(v.invariant.value for v in found) == ["group_rewind", "group_skip", "group_skip"]
+    assert {(v.durability.value, v.reason) for v in found} == {(durability, reason)}
+    # the audit's settings: the last a writer observed for that topic, in ledger order
+    entries = [LedgerEntry(WriterRef("i", 1, 1), n, 0, body) for n, body in enumerate([
+        Start("canary", "tid", 3, topic_settings=TopicSettings(3, 2, False)),
+        Start("other", "t2", 3, topic_settings=TopicSettings(1, 1, True)),
+        Checkpoint("canary", "tid", 3, WriterSettings(), settings)])]
+    assert latest_topic_settings(entries, "tid") == (settings or TopicSettings(3, 2, False))
+    assert latest_topic_settings(entries, "none") is None
+
+
 def test_no_group_watched_takes_nothing():
     ck = Checker()
     ck.note_topic("canary", "tid")
@@ -73,13 +100,17 @@ def test_switching_groups_under_an_existing_checkpoint_is_refused_with_the_way_o
     def cfg(groups: bool, eos: bool = False):
         return parse({"state_dir": str(tmp_path), "groups": {"enabled": groups}, "eos": {"enabled": eos}}, "t.yaml")
 
-    offset_log(cfg(True), 0, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {"o": {"0": 1}}])
+    offset_log(cfg(True), 0, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {"vigil-group-obs": {"0": 1}}])
     _same_sources_as_the_checkpoint(cfg(True))
-    _same_sources_as_the_checkpoint(cfg(False, eos=True))  # (the count is all Spark can check)
+    # as many sources, another topic: the EOS output where the group's observations were read
+    with pytest.raises(StateError, match=r"reads 4 sources \(vigil-group-obs after .*this config 4 \(vigil-eos-out\)"):
+        _same_sources_as_the_checkpoint(cfg(False, eos=True))
     with pytest.raises(StateError, match="groups.enabled is false.*vigil state rebuild"):
         _same_sources_as_the_checkpoint(cfg(False))
-    with pytest.raises(StateError, match="reads 4 sources, this config 5"):
+    with pytest.raises(StateError, match="reads 4 sources.*this config 5"):
         _same_sources_as_the_checkpoint(cfg(True, eos=True))
+    offset_log(cfg(True), 1, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {}])  # a source with no offsets
+    _same_sources_as_the_checkpoint(cfg(True))
 
 
 def test_the_broker_serving_a_partition_is_the_one_whose_fetch_list_holds_it():

@@ -108,6 +108,10 @@ def test_the_soak_config_has_its_own_short_lived_topics_and_keeps_the_secrets(tm
     assert cfg.ledger.topic_configs()["retention.ms"] == "90000"
     assert cfg.ledger.topic_configs()["segment.ms"] == "22500"
     assert (cfg.metrics.port, cfg.watch.horizon_offsets, cfg.state_dir) == (29999, 3000, str(tmp_path / "state"))
+    # the application canaries' groups and topics are the run's own, as the canary's are
+    assert cfg.groups.enabled and cfg.groups.observation_topic == cfg.canary.name + "-group-obs"
+    assert (cfg.groups.group, cfg.eos.group, cfg.eos.output_topic) == (
+        cfg.canary.name + "-group", cfg.canary.name + "-eos", cfg.canary.name + "-eos-out")
 
 
 def test_a_query_that_stopped_half_way_a_bad_exit_or_violations_found_while_draining_fail():
