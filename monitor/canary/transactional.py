@@ -53,11 +53,12 @@ class TransactionalWriter(CanaryWriter):
     def records_per_step(self) -> int:
         return self.cfg.transaction.size
 
-    def _init_transactions(self, stop: threading.Event) -> None:
-        """``init_transactions`` until it succeeds; an ``init`` ledger entry first, so a coordinator
-        that never answers shows as ``producer_stalled`` (no intent is pending yet)."""
+    def _init_transactions(self, stop: threading.Event) -> bool:
+        """``init_transactions`` until it succeeds (True) or the writer is asked to stop (False:
+        nothing was sent, nothing is pending — a stop, not a failure); an ``init`` ledger entry
+        first, so a coordinator that never answers shows as ``producer_stalled``."""
         if self._initialised:
-            return
+            return True
         self.ledger.append(Init())
         backoff = 0.5
         while not self._initialised:
@@ -69,15 +70,17 @@ class TransactionalWriter(CanaryWriter):
                 if exc.args[0].fatal():
                     self._renew_producer()
                 if stop.wait(backoff):
-                    raise
+                    return False
                 backoff = min(backoff * 2, 10.0)
+        return True
 
     def _renew_producer(self, reason: str | None = None) -> None:
         super()._renew_producer(reason)
         self._initialised = False
 
     def step(self, due: int, stop: threading.Event) -> None:
-        self._init_transactions(stop)
+        if not self._init_transactions(stop):
+            return
         size = self.cfg.transaction.size
         writes = self.plan(size)
         self.txn_seq += 1

@@ -15,6 +15,12 @@ ISOLATE_KINDS = {"isolate": ("replication", "controller"), "isolate_controller":
 Undo = Callable[[], None]
 
 
+# A started node is waited for until it is back in the cluster (a node recovering its logs after
+# kill -9 on a loaded machine took 70 s in CI): a fault timed for after it must not find it still
+# starting, which is another scenario (two nodes down at once).
+START_READY_S = 120.0
+
+
 def _each(nodes: tuple[int, ...], act: Callable[[int], object]) -> None:
     for n in nodes:
         act(n)
@@ -34,6 +40,10 @@ def apply(step: Step, cluster: LocalCluster, resolver: Resolver, bound: dict[str
         _each(nodes, cluster.stop_node)
     elif f == "start":
         _each(nodes, cluster.start_node)
+        ready_s = float(step.args.get("ready_s", START_READY_S))
+        late = [n for n in nodes if not cluster.wait_node_ready(n, ready_s)]
+        if late:  # the timeline goes on; the report shows how long the step took
+            say(f"node(s) {','.join(map(str, late))} not back in the cluster after {ready_s:.0f} s")
     elif f == "restart":
         _each(nodes, cluster.restart)
     elif f == "pause":

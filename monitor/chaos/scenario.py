@@ -35,7 +35,8 @@ from monitor.model_input import read_yaml, validated
 FAULTS: dict[str, str] = {
     "kill": "SIGKILL the target node(s): no controlled shutdown",
     "stop": "controlled shutdown (SIGTERM) of the target node(s)",
-    "start": "start the target node(s) again",
+    "start": "start the target node(s) again and wait until each is back in the cluster's metadata "
+             "(args: ready_s, 120)",
     "restart": "controlled restart of the target node(s)",
     "pause": "SIGSTOP the target node(s) (SIGCONT after duration_s)",
     "resume": "SIGCONT the target node(s)",

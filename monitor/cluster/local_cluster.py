@@ -345,14 +345,28 @@ class LocalCluster(LinkControl):
                 raise ClusterError(f"cluster not ready after {timeout:.0f} s ({last})")
             time.sleep(0.5)
 
+    def wait_node_ready(self, node_id: int, timeout: float) -> bool:
+        """Until ``node_id`` listens and the cluster's metadata has it as a live broker again
+        (registered, unfenced: it caught up); False when it did not within ``timeout``."""
+        node = self.layout.node(node_id)
+        deadline = time.monotonic() + timeout
+        while not (accepts(self.config.host, node.client_port) and node_id in self._registered_ids()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
     def _registered_brokers(self) -> int:
+        return len(self._registered_ids())
+
+    def _registered_ids(self) -> set[int]:
         from confluent_kafka.admin import AdminClient
 
         try:
-            md = AdminClient(self.admin_conf()).list_topics(timeout=5)
-            return len(md.brokers)
+            md = AdminClient({**self.admin_conf(), "log_level": 2}).list_topics(timeout=5)
+            return set(md.brokers)
         except Exception:  # noqa: BLE001 - not ready yet
-            return 0
+            return set()
 
     def down(self, purge: bool = False) -> None:
         """Stop every node and the proxy; with ``purge``, delete the state directory."""

@@ -47,3 +47,31 @@ def test_leader_off_ledger_skips_canary_partitions_whose_leader_leads_the_runs_l
     r.ledger_leaders = lambda: frozenset({1, 2, 3})
     with pytest.raises(ScenarioError, match="also leads a ledger partition"):
         r.resolve("leader_off_ledger", {})
+
+
+def test_a_started_node_is_waited_for_until_it_is_back_and_a_late_one_is_said_not_raised():
+    from monitor.chaos import faults
+    from monitor.chaos.scenario import Step
+
+    class Cluster:
+        def __init__(self):
+            self.calls = []
+
+        def start_node(self, n):
+            self.calls.append(("start", n))
+
+        def wait_node_ready(self, n, timeout):
+            self.calls.append(("ready", n, timeout))
+            return n != 3
+
+    cluster, said = Cluster(), []
+    res = Resolver(lambda _t: {}, lambda: 1, (1, 2, 3), "canary")
+    step = Step.model_validate({"at_s": 0, "fault": "start", "target": "all", "args": {"ready_s": 5}})
+    nodes, undo = faults.apply(step, cluster, res, {}, said.append)
+    assert nodes == (1, 2, 3) and undo is None
+    assert cluster.calls == [("start", 1), ("start", 2), ("start", 3), ("ready", 1, 5.0), ("ready", 2, 5.0),
+                             ("ready", 3, 5.0)]
+    assert said[-1] == "node(s) 3 not back in the cluster after 5 s"
+    default = Step.model_validate({"at_s": 0, "fault": "start", "target": "node:2"})
+    faults.apply(default, cluster, res, {}, said.append)
+    assert cluster.calls[-1] == ("ready", 2, faults.START_READY_S)

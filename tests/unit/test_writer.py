@@ -424,3 +424,32 @@ def test_a_listing_that_fails_records_nothing_and_is_counted():
     _drive(w, steps=4)
     assert all(r.log_start_after == -1 for r in _outcome_runs(log))
     assert metrics.errors.labels("w", "list_offsets")._value.get() == 2
+
+
+def test_a_stop_while_the_coordinator_never_answers_ends_the_writer_cleanly():
+    """init_transactions timing out until the run stops (a coordinator down for the rest of a chaos
+    run): the writer stops as asked — no exception, no write — instead of failing the run."""
+    from confluent_kafka import KafkaException
+
+    cfg = WriterConfig(name="t", transactional=True, rate=0)
+    log = {}
+    ledger = LedgerWriter(FakeProducer(log), "ledger", "inst", 7, 1)
+    stop = threading.Event()
+
+    class NoCoordinator(FakeTxnProducer):
+        def init_transactions(self, timeout=None):
+            self.txn_calls.append("init")
+            if len(self.txn_calls) >= 3:
+                stop.set()
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation to finish"))
+
+    prods = []
+
+    def factory(_cb):
+        prods.append(NoCoordinator(log))
+        return prods[-1]
+
+    w = TransactionalWriter(cfg, TOPIC, WriterIdentity("inst", 1, 7), ledger, factory, rng=random.Random(0))
+    w.run(stop, max_records=8)
+    book = _book(log)
+    assert prods[0].txn_calls == ["init"] * 3 and not book.txns and not book.writes
