@@ -286,7 +286,10 @@ class Checker(TopicLifecycle):
             if self.group_topic_id:  # a recreated canary topic: its offsets start again
                 old = self.groups  # (the observation log and the counters go on)
                 self.groups = GroupJudge(old.stall_ms, next_at=old.next_at, redeliveries=old.redeliveries,
-                                         rebalances=old.rebalances, rebalance_seen=old.rebalance_seen)
+                                         rebalances=old.rebalances, rebalance_seen=old.rebalance_seen,
+                                         resets=old.resets, recreations=old.recreations,
+                                         observations_lost=old.observations_lost)
+                self.groups.recreated()  # the members' commits are about the old log for a while
             self.group_topic_id = topic_id
         return self.groups
 

@@ -46,6 +46,15 @@ forget assignments and commits (no rewind until the next assignment) and stop ju
 ``group_skip`` (``observations_lost``): what the members consumed then is unknown. A malformed
 observation is no lost one.
 
+**A recreated canary topic** (a new topic ID under its name) starts the judge again, blind:
+committed offsets are stored by name, so the members go on committing positions in the old log
+for a while, and where they resume in the new one (the old committed offset, or
+``auto.offset.reset`` when it lies past the new log's end) is what Kafka does with a recreated
+topic. Assignments and commits are forgotten and ``group_skip`` is no longer judged on the new log
+(``recreations``); rewinds are judged again from the next assignment, stalls throughout. The
+audit, which reads the log after the fact, does not judge ``group_skip`` at all where the ledger
+shows the canary topic recreated.
+
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
 member owning it (``assigned``, ``consumed``, ``progress``) — a paused member, a dead one the
@@ -129,6 +138,7 @@ class GroupJudge:
     blind: bool = False  # observations were lost: commits are taken, not judged
     observations_lost: int = 0  # gaps in the observation log (its head deleted counts as one)
     resets: int = 0  # positions the members reported reset (out of range)
+    recreations: int = 0  # the canary topic recreated under its name while judged (see recreated())
 
     MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
 
@@ -214,6 +224,19 @@ class GroupJudge:
         self.alive_at.clear()
         self.blind = True
         self.observations_lost += 1
+
+    def recreated(self) -> None:
+        """The canary topic was recreated under its name (a new topic ID). Committed offsets are
+        stored by name, so for a while the members commit positions in the old log, and where they
+        resume in the new one (the old committed offset, or ``auto.offset.reset`` past its end) is
+        what Kafka does with a recreated topic, not the group's fault. Assignments and commits are
+        forgotten as after lost observations (no rewind until the next assignment), and
+        ``group_skip`` is no longer judged on this log; ``rebalance_stall`` still is."""
+        self.spans.clear()
+        self.commits.clear()
+        self.pending_ack.clear()
+        self.blind = True
+        self.recreations += 1
 
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
@@ -362,6 +385,7 @@ class GroupJudge:
             "stall_ms": self.stall_ms, "next_at": self.next_at, "redeliveries": self.redeliveries,
             "judged_records": self.judged_records, "last_ts": self.last_ts, "stopped": sorted(self.stopped),
             "blind": self.blind, "observations_lost": self.observations_lost, "resets": self.resets,
+            "recreations": self.recreations,
             "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
             "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor]
                       for (m, p), s in self.spans.items()],
@@ -389,6 +413,7 @@ class GroupJudge:
         j.stopped = {str(m) for m in doc.get("stopped", [])}
         j.blind, j.observations_lost = bool(doc.get("blind", False)), int(doc.get("observations_lost", 0))
         j.resets = int(doc.get("resets", 0))
+        j.recreations = int(doc.get("recreations", 0))
         j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
         j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o), int(last),
                                            bool(seeking), bool(nf))

@@ -116,6 +116,19 @@ def latest_topic_settings(entries: Iterable[LedgerEntry], topic_id: str) -> Topi
     return last
 
 
+def topic_ids_of(entries: Iterable[LedgerEntry], name: str) -> set[str]:
+    """Every topic ID the writers observed under the topic ``name`` (``Start`` / ``Checkpoint``
+    entries, and the IDs a recreated topic replaced): more than one, the topic was recreated."""
+    ids: set[str] = set()
+    for e in entries:
+        body = e.body
+        if isinstance(body, (Start, Checkpoint)) and body.topic == name:
+            ids.add(body.topic_id)
+            if isinstance(body, Start) and body.replaces:
+                ids.add(body.replaces)
+    return ids - {""}
+
+
 def ordering(writer: WriterSettings, topic: TopicSettings | None) -> Promise:
     """Duplicates and reorders of one writer's records."""
     if not writer.idempotence:

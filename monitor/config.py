@@ -262,12 +262,11 @@ class EvidenceConfig(_Model):
 class EosConfig(_Model):
     enabled: bool = Field(False, description="run the exactly-once pipeline canary inside `vigil run` and judge "
                           "it live in the watch (eos_loss, eos_duplicate); `vigil eos` works either way")
-    output_topic: str = Field("vigil-eos-out", min_length=1, description="output topic of the exactly-once "
-                              "pipeline canary (`vigil eos run`), created with the canary topic's partitions "
-                              "and replication")
-    group: str = Field("vigil-eos", min_length=1, description="its consumer group; `<group>-<instance id>` is "
-                       "its transactional id and static member id (keep the vigil- prefix: the secured local "
-                       "cluster's ACLs grant groups and transactional ids by it)")
+    output_topic: str = Field("", description="output topic of the exactly-once pipeline canary (`vigil eos "
+                              "run`), created with the canary topic's partitions and replication; empty = "
+                              "<canary.name>-eos-out")
+    group: str = Field("", description="its consumer group; `<group>-<instance id>` is its transactional id and "
+                       "static member id (the secured local cluster's ACLs grant both); empty = <canary.name>-eos")
     abort_every: int = Field(5, ge=0, description="abort every Nth transaction on purpose (0 = never); where "
                              "the consumer stands after each abort is reported (KAFKA-17582)")
     close_bound_s: float = Field(30.0, gt=0, description="a close() that has not returned after this long is "
@@ -284,10 +283,10 @@ class GroupsConfig(_Model):
                           "Turning it on or off under an existing checkpoint needs `vigil state rebuild`")
     members: int = Field(3, ge=1, le=32, description="members of the consumer-group canary (`vigil group run`), "
                          "each its own process")
-    group: str = Field("vigil-group", min_length=1, description="its consumer group (keep the vigil- prefix: "
-                       "the secured local cluster's ACLs grant groups by it); members are static as "
-                       "<group>-m<N>, so two Vigil instances on one cluster need a group and an "
-                       "observation_topic each")
+    group: str = Field("", description="its consumer group (the secured local cluster's ACLs grant it); "
+                       "members are static as <group>-m<N>, so two Vigil instances on one cluster need a group "
+                       "and an observation_topic each, as they need a canary topic each; empty = "
+                       "<canary.name>-group")
     protocol: Literal["classic", "consumer"] = Field(
         "classic", description="group protocol: classic (session.timeout_ms and cooperative-sticky assignment "
         "are the members') or consumer (KIP-848: session, heartbeat and assignment are the broker's)")
@@ -295,9 +294,9 @@ class GroupsConfig(_Model):
                          "a member restarted within its session timeout causes no rebalance (classic)")
     session_timeout_ms: int = Field(10000, ge=1000, description="session.timeout.ms of the classic protocol "
                                     "(the brokers bound it by group.min/max.session.timeout.ms)")
-    observation_topic: str = Field("vigil-group-obs", min_length=1, description="the topic (one partition) the "
-                                   "members append their observations to: assignments, records consumed, "
-                                   "commits and their results, progress")
+    observation_topic: str = Field("", description="the topic (one partition) the members append their "
+                                   "observations to: assignments, records consumed, commits and their results, "
+                                   "progress; empty = <canary.name>-group-obs")
     commit_interval_ms: int = Field(500, ge=10, description="how often a member commits what it consumed")
     rack: str = Field("rack-1", description="client.rack of the last member: where the brokers have broker.rack "
                       "and a rack-aware replica.selector.class (the local cluster: rack-<node id>), it fetches from "
@@ -369,6 +368,18 @@ class Config(_Model):
     watch: WatchConfig = Field(default_factory=WatchConfig)
     eos: EosConfig = Field(default_factory=EosConfig)
     groups: GroupsConfig = Field(default_factory=GroupsConfig)
+
+    @model_validator(mode="after")
+    def _application_canary_names(self) -> "Config":
+        """The application canaries' groups and topics, where not given, are the canary topic's:
+        two instances on one cluster, which need a canary topic each, never share them by default
+        (a shared observation log would judge one's group by the other's canary)."""
+        c = self.canary.name
+        self.groups.group = self.groups.group or f"{c}-group"
+        self.groups.observation_topic = self.groups.observation_topic or f"{c}-group-obs"
+        self.eos.group = self.eos.group or f"{c}-eos"
+        self.eos.output_topic = self.eos.output_topic or f"{c}-eos-out"
+        return self
 
     @model_validator(mode="after")
     def _unique_writer_names(self) -> "Config":

@@ -150,7 +150,8 @@ class WatchSnapshot:
     group_observations_lost: int = 0  # gaps in its observation log
 
 
-MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation")
+MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation",
+                   "foreign_group_observation")
 BATCH_PHASES = ("fetch", "check", "persist", "refetch")
 SAVE_FAILURE_REASONS = ("ENOSPC", "EFBIG")  # a full volume, a file-size limit
 TRIGGER_PARTS = ("triggerExecution", "latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from invariants.catalog import CATALOG, Invariant, Isolation
 from invariants.model import DURABILITIES, Durability
-from invariants.promises import latest_topic_settings, read_record
+from invariants.promises import latest_topic_settings, read_record, topic_ids_of
 from monitor import clients
 from monitor.audit.hanging import hanging_transactions
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit
@@ -43,7 +43,8 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
     elif cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
         from monitor.group.audit import audit as group_audit
 
-        group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s)
+        group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s,
+                            recreated=len(topic_ids_of(h.entries, cfg.canary.name) | {h.topic_id} - {None, ""}) > 1)
         canaries.update({inv: group.counts[inv.value]
                          for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
         details["groups"] = group.summary()

@@ -4,9 +4,9 @@ Vigil's clients need — nothing on other topics, no cluster-wide rights.
 
 - its canary, ledger and EOS output topics: create, write, read, describe, describe their
   configuration (the promise class of a write comes from the topic's settings);
-- its transactional ids (prefixed ``vigil-``): write, describe;
-- its groups (prefixed ``vigil-``; readers use ``assign()`` and commit nothing, the EOS worker
-  commits its group's offsets in its transactions): read, describe.
+- its transactional ids (prefixed ``vigil-``, and ``<eos.group>-``): write, describe;
+- its groups (prefixed ``vigil-``, and the group and EOS canaries' groups; readers use ``assign()``
+  and commit nothing, the group members and the EOS worker commit): read, describe.
 
 Applied through the admin API as the cluster's super user, after the brokers are up; idempotent.
 """
@@ -36,10 +36,12 @@ def canary_acls(cfg: Config) -> list[AclBinding]:
 
     topics = sorted({cfg.canary.name, cfg.ledger.topic, cfg.eos.output_topic, cfg.groups.observation_topic})
     return ([allow(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, op) for t in topics for op in TOPIC_OPERATIONS]
-            + [allow(ResourceType.TRANSACTIONAL_ID, PREFIX, ResourcePatternType.PREFIXED, op)
-               for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+            + [allow(ResourceType.TRANSACTIONAL_ID, prefix, ResourcePatternType.PREFIXED, op)
+               for prefix in sorted({PREFIX, f"{cfg.eos.group}-"}) for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
             + [allow(ResourceType.GROUP, PREFIX, ResourcePatternType.PREFIXED, op)
-               for op in (AclOperation.READ, AclOperation.DESCRIBE)])
+               for op in (AclOperation.READ, AclOperation.DESCRIBE)]
+            + [allow(ResourceType.GROUP, group, ResourcePatternType.LITERAL, op)
+               for group in sorted({cfg.groups.group, cfg.eos.group}) for op in (AclOperation.READ, AclOperation.DESCRIBE)])
 
 
 def grant_canary(admin_conf: dict, cfg: Config, progress: Callable[[str], None] = lambda _m: None,

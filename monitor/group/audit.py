@@ -26,6 +26,7 @@ class GroupAudit:
     counts: Counter  # invariant -> count
     observations: int
     malformed: int
+    foreign: int  # observations of another canary topic (one observation topic given to two instances)
     drills: list[dict[str, Any]]  # the drills the members applied, as they reported them
     redeliveries: int
     rebalances: Counter  # (member, reason) -> count
@@ -33,14 +34,17 @@ class GroupAudit:
     resets: int  # positions the members reported out of range
     observations_lost: int  # gaps in the observation log
     judged_records: int  # of those, passed by an acknowledged commit and judged
+    recreated: bool = False  # the canary topic was recreated within the history: group_skip not judged
 
     def summary(self) -> dict[str, Any]:
         """As `vigil group audit --json` prints it (and `vigil audit --json` under ``groups``)."""
         return {"group_skip": self.counts["group_skip"], "group_rewind": self.counts["group_rewind"],
                 "rebalance_stall": self.counts["rebalance_stall"], "redeliveries": self.redeliveries,
                 "observations": self.observations, "malformed_observations": self.malformed,
+                "foreign_observations": self.foreign,
                 "reference_records": self.reference_records, "judged_records": self.judged_records,
                 "offset_resets": self.resets, "observations_lost": self.observations_lost,
+                "canary_recreated": self.recreated,
                 "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(self.rebalances.items())},
                 "drills": self.drills[:100],
                 "findings": [[f.invariant, f.partition, f.offset, f.member] for f in self.findings[:100]]}
@@ -53,9 +57,9 @@ def ensure_observation_topic(cfg: Config) -> None:
     clients.ensure_topic(admin, cfg.groups.observation_topic, 1, cfg.canary.replication_factor, configs)
 
 
-def read_observations(cfg: Config, topic: str, timeout_s: float = 300.0) -> tuple[list[tuple[int, dict]], int]:
-    """Every observation in log order, as (offset, observation; a malformed one as {}), and how
-    many were malformed."""
+def read_observations(cfg: Config, topic: str, canary_topic: str | None, timeout_s: float = 300.0) -> observations.InOrder:
+    """Every observation in log order, as (offset, observation; a malformed one, or one of a canary
+    topic other than ``canary_topic``, as {}), and how many were malformed and foreign."""
     records: list[tuple[int, bytes | None]] = []
     c = clients.consumer(cfg, "read_uncommitted", group="vigil-audit", profile="bulk")
     try:
@@ -63,16 +67,23 @@ def read_observations(cfg: Config, topic: str, timeout_s: float = 300.0) -> tupl
         read_past(c, topic, {0: high}, timeout_s, lambda msg: records.append((msg.offset(), msg.value())))
     finally:
         c.close()
-    return observations.in_order(records)
+    return observations.in_order(records, canary_topic)
 
 
-def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0) -> GroupAudit:
+def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0,
+          recreated: bool = False) -> GroupAudit:
+    """``recreated``: the canary topic was recreated under its name within the history (the
+    ledger knows more than one ID for it): ``group_skip`` is not judged
+    (:meth:`invariants.groups.GroupJudge.recreated`)."""
     admin = clients.admin(cfg)
     info = clients.describe_topic(admin, topic)
     if info is None or clients.describe_topic(admin, obs_topic) is None:
         raise AuditReadError(f"group audit: topic {topic!r} or {obs_topic!r} does not exist or could not be described")
     judge = GroupJudge(stall_ms=stall_ms)
-    seen, malformed = read_observations(cfg, obs_topic, timeout_s)
+    if recreated:
+        judge.recreated()
+    log = read_observations(cfg, obs_topic, topic, timeout_s)
+    seen = log.seen
     for at, obs in seen:
         judge.observe(at, obs)
     reference = 0  # records read_committed read
@@ -89,6 +100,6 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     finally:
         c.close()
     findings = judge.judge(dict(enumerate(clients.log_starts(admin, info))))
-    return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), malformed,
+    return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), log.malformed, log.foreign,
                       [obs for _at, obs in seen if obs.get("k") == "drill"], judge.redeliveries, judge.rebalances,
-                      reference, judge.resets, judge.observations_lost, judge.judged_records)
+                      reference, judge.resets, judge.observations_lost, judge.judged_records, recreated)

@@ -104,7 +104,7 @@ class Member:
 
     # -- observations -------------------------------------------------------------------------
     def note(self, kind: str, **fields: Any) -> None:
-        self.obs.produce(self.obs_topic, obs_format.encode(self.name, kind, **fields),
+        self.obs.produce(self.obs_topic, obs_format.encode(self.name, kind, self.topic, **fields),
                          key=self.name.encode(), partition=0, on_delivery=self._delivered)
         self.obs.poll(0)
 

@@ -108,10 +108,13 @@ def _apply_eos(checker: Checker, table: pa.Table, eos: EosInput, stats: BatchSta
 
 def _apply_group(checker: Checker, table: pa.Table, reader_at: dict[int, int], stats: BatchStats) -> None:
     rows = table.filter(pc.equal(table.column("src"), SRC_GROUP_OBS)).sort_by([("offset", "ascending")])
-    seen, malformed = observations.in_order(zip(rows.column("offset").to_pylist(), rows.column("value").to_pylist()))
-    if malformed:
-        stats.malformed["group_observation"] += malformed
-    checker.apply_group_observations(seen, reader_at)
+    log = observations.in_order(zip(rows.column("offset").to_pylist(), rows.column("value").to_pylist()),
+                                checker.group_source)
+    if log.malformed:
+        stats.malformed["group_observation"] += log.malformed
+    if log.foreign:
+        stats.malformed["foreign_group_observation"] += log.foreign
+    checker.apply_group_observations(log.seen, reader_at)
 
 
 def to_reads(offsets: Any, values: list[bytes | None]) -> tuple[list[Read], Counter, np.ndarray]:

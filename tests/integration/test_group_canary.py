@@ -33,9 +33,14 @@ def _rebalances(observations: list[tuple[int, dict]], members: set[str], after: 
     return counts
 
 
+def _observed(cfg, obs_topic: str) -> list:
+    """The observation log, whatever canary topic each observation is of (each test's own log)."""
+    return read_observations(cfg, obs_topic, None).seen
+
+
 def _rebalanced(cfg, topic: str, member: str, after: int) -> bool:
     """Whether ``member``'s client counted a rebalance since that point of the observation log."""
-    rcs = [int(o.get("rc", 0)) for at, o in read_observations(cfg, topic)[0]
+    rcs = [int(o.get("rc", 0)) for at, o in _observed(cfg, topic)
            if at >= after and o.get("m") == member and o.get("k") == "progress"]
     return bool(rcs) and max(rcs) > min(rcs)
 
@@ -53,7 +58,7 @@ def _wait_consuming(cfg, topic: str, names: list[str], within_s: float) -> None:
     start = _obs_end(cfg, topic)
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        seen, _bad = read_observations(cfg, topic)
+        seen = _observed(cfg, topic)
         owning = {o["m"] for at, o in seen if at >= start and o.get("k") == "progress" and o.get("p")}
         if set(names) <= owning:
             return
@@ -83,7 +88,7 @@ def test_static_restarts_cause_no_rebalance_dynamic_ones_do_a_paused_member_stal
 
         # 1. static: m1 killed -9 and back within its session timeout, now in the rack of a follower
         #    of its partition: no rebalance in m0 and m2, and that follower serves its fetches
-        seen, _bad = read_observations(cfg, obs_topic)
+        seen = _observed(cfg, obs_topic)
         fetching = [o["ff"] for _at, o in seen if o.get("m") == "m1" and o.get("k") == "progress" and o.get("ff")][-1]
         partition, (_broker, leader, _lag) = sorted(fetching.items())[0]
         follower = next(n for n in (1, 2, 3) if n != leader)
@@ -115,14 +120,15 @@ def test_static_restarts_cause_no_rebalance_dynamic_ones_do_a_paused_member_stal
         canary.drill("group_skip", "m1")
         canary.drill("group_rewind", "m1")
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and {o["d"] for _at, o in read_observations(cfg, obs_topic)[0]
+        while time.monotonic() < deadline and {o["d"] for _at, o in _observed(cfg, obs_topic)
                                                if o.get("k") == "drill"} != {"group_skip", "group_rewind"}:
             time.sleep(1)
     finally:
         stop.set()
         writer.join(30)
         canary.stop()  # (each member commits what it consumed)
-    seen, malformed = read_observations(cfg, obs_topic)
+    log = read_observations(cfg, obs_topic, topic)
+    seen, malformed = log.seen, log.malformed + log.foreign
     served = [o["ff"][partition] for at, o in seen if before <= at < static_done and o["m"] == "m1"
               and o["k"] == "progress" and partition in o.get("ff", {})]
     assert served and served[-1][:2] == [follower, leader], served  # a follower served m1's fetches
@@ -186,7 +192,8 @@ def test_the_consumer_protocol_kip848_a_static_member_back_within_its_session_is
         stop.set()
         writer.join(30)
         canary.stop()
-    seen, malformed = read_observations(cfg, obs_topic)
+    log = read_observations(cfg, obs_topic, topic)
+    seen, malformed = log.seen, log.malformed + log.foreign
     fatal = [o for _at, o in seen if o.get("k") == "fatal" and o.get("m") == "m1"]
     # UNRELEASED_INSTANCE_ID, as librdkafka words it (its fatal error event carries the text only)
     assert fenced.returncode == 3 and fatal and "instance id is still used by another member" in fatal[-1]["e"].lower()

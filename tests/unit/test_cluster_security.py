@@ -55,8 +55,14 @@ def test_the_canary_principal_gets_its_own_topics_ids_and_groups_and_nothing_clu
     assert all(a.resource_pattern_type == ResourcePatternType.LITERAL for a in acls if a.restype == ResourceType.TOPIC)
     assert AclOperation.ALL not in {a.operation for a in acls} and AclOperation.DELETE not in {op for _, op in topics}
     assert not any(a.restype == ResourceType.BROKER for a in acls)  # the cluster resource
-    assert {(a.restype, a.name) for a in acls if a.restype != ResourceType.TOPIC} == {
-        (ResourceType.TRANSACTIONAL_ID, "vigil-"), (ResourceType.GROUP, "vigil-")}
+    # the application canaries' groups default to the canary topic's names (c1-group, c1-eos), granted
+    # literally; the EOS worker's transactional id is <eos.group>-<instance id>
+    assert {(a.restype, a.name, a.resource_pattern_type) for a in acls if a.restype != ResourceType.TOPIC} == {
+        (ResourceType.TRANSACTIONAL_ID, "vigil-", ResourcePatternType.PREFIXED),
+        (ResourceType.TRANSACTIONAL_ID, "c1-eos-", ResourcePatternType.PREFIXED),
+        (ResourceType.GROUP, "vigil-", ResourcePatternType.PREFIXED),
+        (ResourceType.GROUP, "c1-group", ResourcePatternType.LITERAL),
+        (ResourceType.GROUP, "c1-eos", ResourcePatternType.LITERAL)}
 
 
 def test_a_secured_cluster_without_a_scram_canary_principal_is_a_config_error_naming_the_keys():

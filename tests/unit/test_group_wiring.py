@@ -11,7 +11,7 @@ import pytest
 
 from invariants.checker import Checker
 from invariants.ledger_format import Checkpoint, LedgerEntry, Start, TopicSettings, WriterRef, WriterSettings
-from invariants.promises import latest_topic_settings
+from invariants.promises import latest_topic_settings, topic_ids_of
 from invariants.model import RC, Read, Settings
 from monitor.config import parse
 from monitor.group import observations
@@ -100,10 +100,10 @@ def test_switching_groups_under_an_existing_checkpoint_is_refused_with_the_way_o
     def cfg(groups: bool, eos: bool = False):
         return parse({"state_dir": str(tmp_path), "groups": {"enabled": groups}, "eos": {"enabled": eos}}, "t.yaml")
 
-    offset_log(cfg(True), 0, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {"vigil-group-obs": {"0": 1}}])
+    offset_log(cfg(True), 0, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {"vigil-canary-group-obs": {"0": 1}}])
     _same_sources_as_the_checkpoint(cfg(True))
     # as many sources, another topic: the EOS output where the group's observations were read
-    with pytest.raises(StateError, match=r"reads 4 sources \(vigil-group-obs after .*this config 4 \(vigil-eos-out\)"):
+    with pytest.raises(StateError, match=r"reads 4 sources \(vigil-canary-group-obs after .*this config 4 \(vigil-canary-eos-out\)"):
         _same_sources_as_the_checkpoint(cfg(False, eos=True))
     with pytest.raises(StateError, match="groups.enabled is false.*vigil state rebuild"):
         _same_sources_as_the_checkpoint(cfg(False))
@@ -138,3 +138,54 @@ def test_vigil_drill_asks_the_application_canaries_through_their_control_files(t
         result = CliRunner().invoke(app, ["drill", kind, "--json", "--config", str(path)])
         assert result.exit_code == 0, result.output
         assert (tmp_path / "state" / control).exists(), kind
+
+
+def test_observations_of_another_canary_topic_are_counted_foreign_and_never_judged():
+    """One observation topic given to two instances (or left over from an earlier canary topic):
+    the other's members' observations take their offsets and nothing else. Without the topic's
+    name (an older member's), an observation is taken."""
+    e = observations.encode
+    other = [e("x", "assigned", "elsewhere", p=[0]), e("x", "intent", "elsewhere", o={"0": 9}),
+             e("x", "ack", "elsewhere", r="ok")]  # would pass 0..8, which nobody here consumed
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(9)])
+    mine = [e("a", "assigned", "canary", p=[0]), e("a", "consumed", "canary", r={"0": [[0, 9]]}),
+            e("a", "intent", "canary", o={"0": 9}), e("a", "ack", "canary", r="ok")]
+    found, stats = apply_batch(ck, rows(other + mine), lambda _n: "tid", group_reader_at={0: 9})
+    assert found == [] and stats.malformed["foreign_group_observation"] == 3
+    assert ck.groups.observations_lost == 0 and ck.groups.judged_records == 9  # its offsets were taken
+    log = observations.in_order(enumerate(other + [e("old", "assigned", p=[0])]), "canary")
+    assert (log.foreign, log.malformed, [o.get("m") for _at, o in log.seen]) == (3, 0, [None, None, None, "old"])
+    assert observations.in_order(enumerate(other), None).foreign == 0
+
+
+def test_the_application_canaries_names_default_to_the_canary_topics_so_instances_never_share_them():
+    a = parse({"canary": {"name": "vigil-canary"}}, "t.yaml")
+    assert (a.groups.group, a.groups.observation_topic, a.eos.group, a.eos.output_topic) == (
+        "vigil-canary-group", "vigil-canary-group-obs", "vigil-canary-eos", "vigil-canary-eos-out")
+    b = parse({"canary": {"name": "team-b"}, "groups": {"group": "mine"}}, "t.yaml")
+    assert (b.groups.group, b.groups.observation_topic, b.eos.output_topic) == ("mine", "team-b-group-obs",
+                                                                                "team-b-eos-out")
+
+
+def test_a_recreated_canary_topic_starts_the_group_judge_again_blind_live_and_in_the_audit():
+    """The checker's side of GroupJudge.recreated: a new ID under the canary's name while the group
+    is watched; the audit's: the ledger knows more than one ID for the canary's name."""
+    e = observations.encode
+    ck = Checker()
+    ck.note_topic("canary", "old")
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "old", 0, [Read(o, ("x", o, 1)) for o in range(5)])
+    apply_batch(ck, rows([e("a", "assigned", "canary", p=[0]), e("a", "consumed", "canary", r={"0": [[0, 5]]})]),
+                lambda _n: "old", group_reader_at={0: 5})
+    ck.note_topic("canary", "new")  # deleted and created again under the running members
+    ck.apply_reads(RC, "new", 0, [Read(o, ("y", o, 1)) for o in range(3)])
+    late = [e("a", "intent", "canary", o={"0": 1287}), e("a", "ack", "canary", r="ok")]  # the old log's position
+    found, _ = apply_batch(ck, rows(late, 2), lambda _n: "new", group_reader_at={0: 3})
+    assert found == [] and ck.groups.recreations == 1 and ck.group_topic_id == "new"
+    entries = [LedgerEntry(WriterRef("i", 1, 1), 0, 0, Start("canary", "old", 3)),
+               LedgerEntry(WriterRef("i", 1, 2), 0, 0, Start("canary", "new", 3, replaces="old")),
+               LedgerEntry(WriterRef("j", 1, 1), 0, 0, Start("other", "x", 3))]
+    assert topic_ids_of(entries, "canary") == {"old", "new"} and topic_ids_of(entries, "other") == {"x"}

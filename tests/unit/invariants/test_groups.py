@@ -398,3 +398,25 @@ def test_observations_lost_anywhere_never_make_a_false_skip_or_rewind(seed):
     found = judge.judge()
     assert {(f.partition, f.offset) for f in found if f.invariant == "group_skip"} <= sim.true_skips
     assert sum(f.invariant == "group_rewind" and sim.obs[f.at]["k"] == "consumed" for f in found) <= sim.true_rewinds
+
+
+def test_a_recreated_canary_topic_judges_no_skip_and_rewinds_only_from_the_next_assignment():
+    """Found on the local cluster: the canary topic deleted and recreated under running members. Its
+    committed offsets are stored by name, so a member goes on committing its old log's position
+    (1287) while the new log holds 0..; that commit passes records nobody consumed, which Kafka
+    does with a recreated topic (the group's committed offsets outlive it), not the group."""
+    j = GroupJudge()
+    j.recreated()
+    for at, (m, k, f) in enumerate([
+            ("a", "consumed", {"r": {"0": [[1280, 7]]}}),  # prefetched from the old log
+            ("a", "intent", {"o": {"0": 1287}}), ("a", "ack", {"r": "ok"}),
+            ("a", "consumed", {"r": {"0": [[0, 40]]}}),  # reset to the new log's start
+            ("a", "revoked", {"p": [0]}), ("b", "assigned", {"p": [0], "c": {"0": 1287}, "oor": [0]}),
+            ("b", "consumed", {"r": {"0": [[0, 60]]}}), ("b", "intent", {"o": {"0": 60}}), ("b", "ack", {"r": "ok"}),
+            ("b", "revoked", {"p": [0]}), ("c", "assigned", {"p": [0], "c": {"0": 60}}),
+            ("c", "consumed", {"r": {"0": [[55, 10]]}})]):  # below b's acknowledged 60: rewinds
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    j.read_reference(0, range(1300))
+    assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", o) for o in range(55, 60)]
+    assert j.recreations == 1 and j.judged_records == 0 and j.observations_lost == 0
+    assert GroupJudge.from_doc(json.loads(json.dumps(j.to_doc()))).recreations == 1
