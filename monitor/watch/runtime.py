@@ -30,7 +30,7 @@ from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch.batch import EosInput, apply_batch
 from monitor.watch.eos_feed import EosFeed
-from monitor.watch.offset_log import batch_ends
+from monitor.watch.offset_log import batch_ends, drop_unrunnable_batch
 from monitor.watch.executor import decode_table
 from monitor.watch.evidence import EvidenceLog
 from monitor.watch.prober import Prober
@@ -376,12 +376,27 @@ class WatchRuntime:
 
     def query_failed(self, error: str) -> None:
         self.status = QueryStatus(False, error[:500], 0.0)
+        self._replan_on_gone_partitions()
         refused = classify_java(error)
         if refused is not None:  # Spark's source refused by the brokers: counted and said like any client's
             ledger = self.cfg.ledger.kafka is not None and self.cfg.ledger.topic in error  # its own cluster's
             settings = "ledger.kafka.security" if ledger else "kafka.security"
             user = (self.cfg.ledger_kafka() if ledger else self.cfg.kafka).security.sasl_username
             ERRORS.report_kind("spark", refused[0], refused[1], settings, user)
+
+    def _replan_on_gone_partitions(self) -> None:
+        """A failed query whose planned batch names canary partitions the topic no longer has
+        (recreated with fewer) would fail the same way at every restart: that batch is planned
+        again (:func:`monitor.watch.offset_log.drop_unrunnable_batch`)."""
+        view = self.prober.snapshot()
+        if not view.topic_id or view.missing_since or not view.partitions:
+            return
+        with self.lock:
+            dropped = drop_unrunnable_batch(self.cfg.spark_checkpoint_dir(), self.cfg.canary.name,
+                                            set(range(view.partitions)), self.state.batch_id)
+        if dropped is not None:
+            self.progress(f"batch {dropped} was planned on partitions {self.cfg.canary.name} no longer has "
+                          f"(it has {view.partitions}): planned again")
 
     def count_restart(self) -> None:
         with self.lock:

@@ -492,3 +492,41 @@ def test_stopping_closes_the_re_fetcher_only_after_its_read_under_way_ended_and_
     rt.stop_refetching()
     assert events == ["read ended", "closed"]
     assert lost(rt) == [0, 0] and rt.state.checker.refetch_wanted()  # not applied: still to be read again
+
+
+def test_a_planned_batch_on_partitions_a_recreated_topic_lacks_is_planned_again_never_a_taken_one(runtime):
+    """Found on the local cluster: a partition added, then the topic deleted within the writers'
+    5 s look at it, recreated with the configured 2: the batch Spark had planned on 3 failed after
+    60 s at every restart. A failed query's unrunnable planned batch is removed and planned again —
+    never one Spark committed or the checker took, and not while the topic is missing."""
+    from tests.unit.test_eos_wiring import offset_log
+
+    rt = runtime()
+    ck = rt.cfg.spark_checkpoint_dir()
+    name = rt.cfg.canary.name
+    three = [{name: {"0": 9, "1": 4, "2": 7}}, {name: {"0": 9, "1": 4, "2": 7}}, {"ledger": {"0": 3}}]
+    offset_log(rt.cfg, 0, three)
+    (ck / "offsets" / ".0.crc").write_text("x")
+    rt.prober.view.partitions = 2
+    rt.prober.view.missing_since = 1.0  # missing: nothing is known of it yet
+    rt.query_failed("boom")
+    assert (ck / "offsets" / "0").exists()
+    rt.prober.view.missing_since = 0.0
+    rt.state.batch_id = 0  # the checker took it: left as it is
+    rt.query_failed("boom")
+    assert (ck / "offsets" / "0").exists()
+    rt.state.batch_id = -1
+    (ck / "commits").mkdir()
+    (ck / "commits" / "0").write_text("v1")  # Spark finished it
+    rt.query_failed("boom")
+    assert (ck / "offsets" / "0").exists()
+    (ck / "commits" / "0").unlink()
+    rt.prober.view.partitions = 3  # the topic has them all: it runs as planned
+    rt.query_failed("boom")
+    assert (ck / "offsets" / "0").exists()
+    rt.prober.view.partitions = 2
+    rt.query_failed("Timeout of 60000ms expired before the position for partition vigil-canary-2 could be determined")
+    assert not (ck / "offsets" / "0").exists() and not (ck / "offsets" / ".0.crc").exists()
+    offset_log(rt.cfg, 1, [{name: {"0": 9, "1": 4}}, {name: {"0": 9, "1": 4}}, {"ledger": {"0": 3}}])
+    rt.query_failed("boom")  # its partitions are there
+    assert (ck / "offsets" / "1").exists()
