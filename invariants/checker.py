@@ -283,13 +283,11 @@ class Checker(TopicLifecycle):
 
     def _group(self, topic_id: str) -> GroupJudge:
         if topic_id != self.group_topic_id:
-            if self.group_topic_id:  # a recreated canary topic: its offsets start again
-                old = self.groups  # (the observation log and the counters go on)
-                self.groups = GroupJudge(old.stall_ms, next_at=old.next_at, redeliveries=old.redeliveries,
-                                         rebalances=old.rebalances, rebalance_seen=old.rebalance_seen,
-                                         resets=old.resets, recreations=old.recreations,
-                                         observations_lost=old.observations_lost)
-                self.groups.recreated()  # the members' commits are about the old log for a while
+            # a recreated canary topic (seen live, or known from the ledger to a checker started
+            # on the new one: a rebuild): its offsets start again (the observation log, ownership
+            # and the counters go on)
+            if self.group_topic_id or self.fold.watched_ids - {topic_id, ""}:
+                self.groups.recreated()
             self.group_topic_id = topic_id
         return self.groups
 

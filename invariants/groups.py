@@ -47,13 +47,15 @@ forget assignments and commits (no rewind until the next assignment) and stop ju
 observation is no lost one.
 
 **A recreated canary topic** (a new topic ID under its name) starts the judge again, blind:
-committed offsets are stored by name, so the members go on committing positions in the old log
-for a while, and where they resume in the new one (the old committed offset, or
-``auto.offset.reset`` when it lies past the new log's end) is what Kafka does with a recreated
-topic. Assignments and commits are forgotten and ``group_skip`` is no longer judged on the new log
-(``recreations``); rewinds are judged again from the next assignment, stalls throughout. The
-audit, which reads the log after the fact, does not judge ``group_skip`` at all where the ledger
-shows the canary topic recreated.
+commits name topics, not IDs, so the members go on committing the positions they held in the old
+log for a while (the coordinator drops a deleted topic's offsets; they commit them again), and
+where they resume in the new one (that offset, or ``auto.offset.reset`` when it lies past the new
+log's end) says nothing about the group. Commits are forgotten and ``group_skip`` is no longer judged on the new log
+(``recreations``); ownership is kept, so stalls are judged throughout, but no rewind is judged in
+an assignment that began before. After it, a commit by a member without a fresh assignment on the
+partition is no floor there (it may be the old log's position), and an assignment whose member
+could not read its committed offsets has no floor. The audit, which reads the log after the fact,
+does not judge ``group_skip`` at all where the ledger shows the canary topic recreated.
 
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
@@ -96,6 +98,7 @@ class _Commit:
     # "" while in flight; "ok"; "refused" (the group answered with an error: nothing committed);
     # "unknown" (a timeout, a lost connection, a member gone: it may have been committed)
     result: str = ""
+    unknown_log: frozenset = frozenset()  # partitions whose value may be a position in a log since recreated
 
 
 @dataclass
@@ -108,6 +111,7 @@ class _Span:
     last: int = -1  # the last offset it consumed
     seeking: bool = False  # the member said it seeks back (a drill): the next backward jump is its own
     no_floor: bool = False  # the member saw no committed offset, or one out of the log's range
+    stale: bool = False  # owned across a recreation of the topic: kept for stalls, no rewind judged in it
 
 
 @dataclass
@@ -165,7 +169,8 @@ class GroupJudge:
             committed, out = obs.get("c") or {}, set(obs.get("oor") or [])
             for p in obs.get("p", []):
                 # no committed offset, or one out of range: the client starts where auto.offset.reset says
-                no_floor = committed.get(str(p)) == -1 or int(p) in out
+                no_floor = committed.get(str(p)) == -1 or int(p) in out or \
+                    (self.recreations > 0 and str(p) not in committed)  # (read none: maybe an old log's)
                 self.spans[(member, int(p))] = _Span(at, no_floor=no_floor)
                 self.resets += int(p) in out
                 self._alive(int(p), ts, member, at)
@@ -189,7 +194,10 @@ class GroupJudge:
                 if (member, int(p_str)) in self.spans:
                     self._alive(int(p_str), ts, member, at)
         elif kind == "intent":
-            commit = _Commit(member, {int(p): int(o) for p, o in obs.get("o", {}).items()}, at)
+            values = {int(p): int(o) for p, o in obs.get("o", {}).items()}
+            unknown = frozenset(p for p in values if self.recreations and
+                                ((member, p) not in self.spans or self.spans[(member, p)].stale))
+            commit = _Commit(member, values, at, unknown_log=unknown)
             self.commits.append(commit)
             self.pending_ack[member] = commit
         elif kind == "ack":
@@ -226,15 +234,20 @@ class GroupJudge:
         self.observations_lost += 1
 
     def recreated(self) -> None:
-        """The canary topic was recreated under its name (a new topic ID). Committed offsets are
-        stored by name, so for a while the members commit positions in the old log, and where they
-        resume in the new one (the old committed offset, or ``auto.offset.reset`` past its end) is
-        what Kafka does with a recreated topic, not the group's fault. Assignments and commits are
-        forgotten as after lost observations (no rewind until the next assignment), and
-        ``group_skip`` is no longer judged on this log; ``rebalance_stall`` still is."""
-        self.spans.clear()
-        self.commits.clear()
-        self.pending_ack.clear()
+        """The canary topic was recreated under its name (a new topic ID). Commits name topics,
+        not IDs, so for a while the members commit the positions they held in the old log, and
+        where they resume in the new one (that offset, or ``auto.offset.reset`` past its end) says
+        nothing about the group. Assignments and commits are
+        forgotten and ``group_skip`` is no longer judged; ownership is kept (``rebalance_stall``
+        is judged throughout) but no rewind is judged in an assignment that began before. After
+        it, a commit by a member without a fresh assignment on a partition is no floor there, and
+        an assignment whose member could not read its committed offsets has none."""
+        for span in self.spans.values():
+            span.stale, span.started, span.floor, span.no_floor, span.own_ack, span.last = True, True, None, True, -1, -1
+            span.seeking = False
+        for log in (self.commits, self.pending_ack, self.first_consumed, self.max_consumed, self.to_judge,
+                    self.judged_to, self.reference, self.read_to):
+            log.clear()
         self.blind = True
         self.recreations += 1
 
@@ -253,10 +266,10 @@ class GroupJudge:
 
     def _fetch_floor(self, p: int, span: _Span, first_consumed_at: int) -> int | None:
         """The lowest committed offset on p the span's fetch may have returned (None: none known)."""
-        acked = [c for c in self.commits if p in c.values and c.result == "ok" and c.ack_at is not None
-                 and c.ack_at < span.assigned_at]
+        acked = [c for c in self.commits if p in c.values and p not in c.unknown_log and c.result == "ok"
+                 and c.ack_at is not None and c.ack_at < span.assigned_at]
         latest = [c for c in acked if not any(d.intent_at > c.ack_at for d in acked)]  # type: ignore[operator]
-        maybe = [c for c in self.commits if p in c.values and c.result != "refused"
+        maybe = [c for c in self.commits if p in c.values and p not in c.unknown_log and c.result != "refused"
                  and not (c.result == "ok" and c.ack_at is not None and c.ack_at < span.assigned_at)
                  and c.intent_at < first_consumed_at]
         if not latest:
@@ -301,7 +314,7 @@ class GroupJudge:
             return
         for p, value in sorted(commit.values.items()):
             span = self.spans.get((member, p))
-            if span is not None and commit.intent_at > span.assigned_at:  # sent in this assignment
+            if span is not None and not span.stale and commit.intent_at > span.assigned_at:  # sent in this assignment
                 if value < span.own_ack:
                     self.findings.append(GroupFinding("group_rewind", p, value, member, at))
                 span.own_ack = max(span.own_ack, value)
@@ -387,10 +400,10 @@ class GroupJudge:
             "blind": self.blind, "observations_lost": self.observations_lost, "resets": self.resets,
             "recreations": self.recreations,
             "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
-            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor]
+            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor, s.stale]
                       for (m, p), s in self.spans.items()],
-            "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result]
-                        for c in self.commits],
+            "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result,
+                         sorted(c.unknown_log)] for c in self.commits],
             "pending_ack": {m: index[id(c)] for m, c in self.pending_ack.items()},
             "first_consumed": {str(p): [[o, at] for o, at in sorted(m.items())] for p, m in self.first_consumed.items() if m},
             "max_consumed": {str(p): v for p, v in self.max_consumed.items()},
@@ -416,10 +429,11 @@ class GroupJudge:
         j.recreations = int(doc.get("recreations", 0))
         j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
         j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o), int(last),
-                                           bool(seeking), bool(nf))
-                   for m, p, a, f, s, o, last, seeking, nf in doc.get("spans", [])}
+                                           bool(seeking), bool(nf), bool(rest[0]) if rest else False)
+                   for m, p, a, f, s, o, last, seeking, nf, *rest in doc.get("spans", [])}
         j.commits = [_Commit(str(m), {int(p): int(v) for p, v in values.items()}, int(i),
-                             None if a is None else int(a), str(r)) for m, values, i, a, r in doc.get("commits", [])]
+                             None if a is None else int(a), str(r), frozenset(int(q) for q in (rest[0] if rest else [])))
+                     for m, values, i, a, r, *rest in doc.get("commits", [])]
         j.pending_ack = {str(m): j.commits[int(i)] for m, i in doc.get("pending_ack", {}).items()}
         j.first_consumed = {int(p): {int(o): int(at) for o, at in pairs} for p, pairs in doc.get("first_consumed", {}).items()}
         j.max_consumed = {int(p): int(v) for p, v in doc.get("max_consumed", {}).items()}

@@ -379,6 +379,11 @@ class Config(_Model):
         self.groups.observation_topic = self.groups.observation_topic or f"{c}-group-obs"
         self.eos.group = self.eos.group or f"{c}-eos"
         self.eos.output_topic = self.eos.output_topic or f"{c}-eos-out"
+        for key, topic in (("groups.observation_topic", self.groups.observation_topic),
+                           ("eos.output_topic", self.eos.output_topic)):
+            if len(topic) > 249:
+                raise ValueError(f"{key} is {len(topic)} characters long, Kafka allows 249 (by default it is "
+                                 "canary.name with a suffix): set it, or shorten canary.name")
         return self
 
     @model_validator(mode="after")

@@ -148,6 +148,7 @@ class WatchSnapshot:
     group_fetching: dict = field(default_factory=dict)  # (member, partition) -> (broker fetched from, leader, lag)
     group_resets: int = 0  # positions the group canary's members reported out of range
     group_observations_lost: int = 0  # gaps in its observation log
+    group_recreations: int = 0  # the canary topic recreated under it (invariants.groups.GroupJudge.recreated)
 
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation",
@@ -312,6 +313,10 @@ class WatchCollector:
         yield CounterMetricFamily("vigil_group_observations_lost", "Gaps in the group canary's observation log "
                                   "(its head deleted counts as one): group_skip is no longer judged after one.",
                                   value=s.group_observations_lost)
+        yield CounterMetricFamily("vigil_group_topic_recreations", "The canary topic recreated under the group "
+                                  "canary (a new topic ID): group_skip is no longer judged after one (its members "
+                                  "commit the old log's positions for a while).",
+                                  value=s.group_recreations)
         unseen = GaugeMetricFamily("vigil_unseen_writes", "Acked writes older than watch.unseen_after_s that the "
                                    "reader has not reached yet (late, not lost).", labels=["isolation"])
         for iso in READERS:

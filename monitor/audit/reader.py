@@ -144,6 +144,38 @@ class History:
     ledger_start: dict[int, int]  # per ledger partition, the first offset it still holds
 
 
+def read_ledger(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
+                ) -> tuple[list[LedgerEntry], int, dict[int, int]]:
+    """The whole ledger, up to its end, partition by partition in offset order: its entries, how
+    many records were not entries, and the first offset each partition still holds."""
+    ledger_info = clients.describe_topic(clients.admin(cfg, ledger=True), cfg.ledger.topic)
+    entries: list[LedgerEntry] = []
+    ledger_start: dict[int, int] = {}
+    malformed = 0
+    if ledger_info is None:
+        return entries, malformed, ledger_start
+    by_partition: dict[int, list[tuple[int, LedgerEntry]]] = {}
+
+    def on_ledger(msg: Any) -> None:
+        nonlocal malformed
+        try:
+            entry = decode(msg.value(), append_ts_us=max(0, msg.timestamp()[1]) * 1000)
+        except LedgerFormatError:
+            malformed += 1
+            return
+        by_partition.setdefault(msg.partition(), []).append((msg.offset(), entry))
+        ledger_start.setdefault(msg.partition(), msg.offset())
+
+    c = clients.consumer(cfg, "read_committed", group="vigil-audit", ledger=True, profile="bulk")
+    try:
+        read_to_end(c, cfg.ledger.topic, ledger_info.partitions, timeout_s, on_ledger, progress)
+    finally:
+        c.close()
+    for p in sorted(by_partition):
+        entries.extend(e for _off, e in sorted(by_partition[p], key=lambda t: t[0]))
+    return entries, malformed, ledger_start
+
+
 def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
                  ) -> History:
     """Read the whole ledger and both isolation levels of the canary topic, each up to its end. A
@@ -153,29 +185,8 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
     info = clients.describe_topic(admin, cfg.canary.name)
     if info is None and clients.topic_exists(admin, cfg.canary.name):
         raise AuditReadError(f"canary topic {cfg.canary.name!r} exists but could not be described; try again")
-    ledger_info = clients.describe_topic(clients.admin(cfg, ledger=True), cfg.ledger.topic)
-    malformed = {"ledger": 0, "foreign": 0, "malformed": 0}
-    entries: list[LedgerEntry] = []
-    ledger_start: dict[int, int] = {}
-    if ledger_info is not None:
-        by_partition: dict[int, list[tuple[int, LedgerEntry]]] = {}
-
-        def on_ledger(msg: Any) -> None:
-            try:
-                entry = decode(msg.value(), append_ts_us=max(0, msg.timestamp()[1]) * 1000)
-            except LedgerFormatError:
-                malformed["ledger"] += 1
-                return
-            by_partition.setdefault(msg.partition(), []).append((msg.offset(), entry))
-            ledger_start.setdefault(msg.partition(), msg.offset())
-
-        c = clients.consumer(cfg, "read_committed", group="vigil-audit", ledger=True, profile="bulk")
-        try:
-            read_to_end(c, cfg.ledger.topic, ledger_info.partitions, timeout_s, on_ledger, progress)
-        finally:
-            c.close()
-        for p in sorted(by_partition):
-            entries.extend(e for _off, e in sorted(by_partition[p], key=lambda t: t[0]))
+    entries, bad_entries, ledger_start = read_ledger(cfg, timeout_s, progress)
+    malformed = {"ledger": bad_entries, "foreign": 0, "malformed": 0}
     reads: dict[Isolation, dict[tuple[str, int], list[tuple[int, Any, int]]]] = {}
     if info is None:
         progress(f"{cfg.canary.name}: the topic does not exist; judging from the ledger alone")

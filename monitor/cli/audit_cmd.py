@@ -10,7 +10,7 @@ from rich.table import Table
 
 from invariants.catalog import CATALOG, Invariant, Isolation
 from invariants.model import DURABILITIES, Durability
-from invariants.promises import latest_topic_settings, read_record, topic_ids_of
+from invariants.promises import latest_topic_settings, read_record
 from monitor import clients
 from monitor.audit.hanging import hanging_transactions
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit
@@ -41,10 +41,10 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
         # no member ever ran here (a history from before the group canary, a `vigil watch` without them)
         details["groups"] = {"skipped": f"no observation topic {cfg.groups.observation_topic!r}"}
     elif cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
-        from monitor.group.audit import audit as group_audit
+        from monitor.group.audit import audit as group_audit, canary_recreated
 
         group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s,
-                            recreated=len(topic_ids_of(h.entries, cfg.canary.name) | {h.topic_id} - {None, ""}) > 1)
+                            recreated=canary_recreated(h.entries, cfg.canary.name, h.topic_id))
         canaries.update({inv: group.counts[inv.value]
                          for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
         details["groups"] = group.summary()

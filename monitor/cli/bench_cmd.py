@@ -36,13 +36,17 @@ def bench(
     the ratios of one run, and repeat for medians.
     """
     from monitor.bench import run_bench
+    from monitor.config import own_application_canaries
     from monitor.cluster.access import up_for
 
     cfg = load_config(config)
+    names = own_application_canaries(f"vigil-bench-{records}")  # (the copy keeps the derived ones)
     cfg = cfg.model_copy(update={
         "canary": cfg.canary.model_copy(update={"name": f"vigil-bench-{records}", "replication_factor": 1,
                                                 "min_insync_replicas": 1}),
         "ledger": cfg.ledger.model_copy(update={"topic": f"vigil-bench-{records}-ledger"}),
+        "groups": cfg.groups.model_copy(update=names["groups"]),
+        "eos": cfg.eos.model_copy(update=names["eos"]),
     })
     if cfg.embedded:
         up_for(cfg, progress)

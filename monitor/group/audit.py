@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from invariants.groups import GroupFinding, GroupJudge
+from invariants.ledger_format import LedgerEntry
+from invariants.promises import topic_ids_of
 from monitor import clients
 from monitor.audit.reader import AuditReadError, read_committed_now, read_past
 from monitor.config import Config
@@ -48,6 +50,12 @@ class GroupAudit:
                 "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(self.rebalances.items())},
                 "drills": self.drills[:100],
                 "findings": [[f.invariant, f.partition, f.offset, f.member] for f in self.findings[:100]]}
+
+
+def canary_recreated(entries: Iterable[LedgerEntry], name: str, topic_id_now: str | None) -> bool:
+    """Whether the ledger shows the canary topic ``name`` recreated (more than one topic ID, the
+    current one counted): its group's audit then judges no ``group_skip``."""
+    return len(topic_ids_of(entries, name) | ({topic_id_now} if topic_id_now else set())) > 1
 
 
 def ensure_observation_topic(cfg: Config) -> None:

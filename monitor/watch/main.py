@@ -74,8 +74,9 @@ def _same_sources_as_the_checkpoint(cfg: Config) -> None:
                          f"{' (' + ', '.join(had) + ' after the canary and the ledger)' if any(had) else ''}, this "
                          f"config {3 + len(canaries)}{' (' + ', '.join(canaries) + ')' if canaries else ''}; "
                          f"eos.enabled is {str(cfg.eos.enabled).lower()}, groups.enabled is "
-                         f"{str(cfg.groups.enabled).lower()}: set them back, or start the checker afresh over "
-                         "what the topics retain: `vigil state rebuild`")
+                         f"{str(cfg.groups.enabled).lower()} (their topics: eos.output_topic, "
+                         "groups.observation_topic, by default named after canary.name): set them back, or start "
+                         "the checker afresh over what the topics retain: `vigil state rebuild`")
 
 
 def _source_topic(line: str) -> str:

@@ -51,7 +51,7 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         ledger_placement=view.ledger_placement,
         group_redeliveries=ck.groups.redeliveries, group_rebalances=dict(ck.groups.rebalances),
         group_fetching=dict(ck.groups.fetching), group_resets=ck.groups.resets,
-        group_observations_lost=ck.groups.observations_lost,
+        group_observations_lost=ck.groups.observations_lost, group_recreations=ck.groups.recreations,
     )
 
 

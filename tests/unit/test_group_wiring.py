@@ -189,3 +189,19 @@ def test_a_recreated_canary_topic_starts_the_group_judge_again_blind_live_and_in
                LedgerEntry(WriterRef("i", 1, 2), 0, 0, Start("canary", "new", 3, replaces="old")),
                LedgerEntry(WriterRef("j", 1, 1), 0, 0, Start("other", "x", 3))]
     assert topic_ids_of(entries, "canary") == {"old", "new"} and topic_ids_of(entries, "other") == {"x"}
+    # a checker started on the new ID (a rebuild) that the ledger told of the old one: blind from the start
+    ck = Checker()
+    ck.fold.watch_topic_id("old")
+    ck.note_topic("canary", "new")
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "new", 0, [Read(o, ("y", o, 1)) for o in range(3)])
+    found, _ = apply_batch(ck, rows([e("a", "assigned", "canary", p=[0])] + late, 0), lambda _n: "new",
+                           group_reader_at={0: 3})
+    assert found == [] and ck.groups.recreations == 1
+
+
+def test_a_derived_topic_name_kafka_would_refuse_is_a_config_error_naming_the_key():
+    from invariants.errors import VigilError
+
+    with pytest.raises(VigilError, match="groups.observation_topic is 250 characters long, Kafka allows 249"):
+        parse({"canary": {"name": "c" * 240}}, "t.yaml")

@@ -401,10 +401,10 @@ def test_observations_lost_anywhere_never_make_a_false_skip_or_rewind(seed):
 
 
 def test_a_recreated_canary_topic_judges_no_skip_and_rewinds_only_from_the_next_assignment():
-    """Found on the local cluster: the canary topic deleted and recreated under running members. Its
-    committed offsets are stored by name, so a member goes on committing its old log's position
-    (1287) while the new log holds 0..; that commit passes records nobody consumed, which Kafka
-    does with a recreated topic (the group's committed offsets outlive it), not the group."""
+    """Found on the local cluster: the canary topic deleted and recreated under running members.
+    Commits name topics, not IDs: a member goes on committing its old log's position (1287) while
+    the new log holds 0..; that commit passes records nobody consumed, which says nothing about
+    the group."""
     j = GroupJudge()
     j.recreated()
     for at, (m, k, f) in enumerate([
@@ -420,3 +420,38 @@ def test_a_recreated_canary_topic_judges_no_skip_and_rewinds_only_from_the_next_
     assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", o) for o in range(55, 60)]
     assert j.recreations == 1 and j.judged_records == 0 and j.observations_lost == 0
     assert GroupJudge.from_doc(json.loads(json.dumps(j.to_doc()))).recreations == 1
+
+
+def test_after_a_recreation_an_old_logs_commit_is_no_floor_and_an_assignment_that_read_none_has_none():
+    """(Review) a member still owning its partition re-commits its old log's position after the
+    recreation; the next owner could not read its committed offsets and starts at the new log's
+    beginning: 40 false rewinds before, none now."""
+    j = GroupJudge()
+    j.observe(0, {"m": "a", "k": "assigned", "t": 0, "p": [0], "c": {"0": 1000}})
+    j.observe(1, {"m": "a", "k": "consumed", "t": 1, "r": {"0": [[1000, 287]]}})
+    j.recreated()
+    for at, (m, k, f) in enumerate([
+            ("a", "intent", {"o": {"0": 1287}}), ("a", "ack", {"r": "ok"}), ("a", "revoked", {"p": [0]}),
+            ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[0, 40]]}})], start=2):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    j.read_reference(0, range(40))
+    assert j.judge() == [] and j.recreations == 1
+
+
+def test_ownership_and_the_stall_clock_survive_a_recreation():
+    """(Review) a owns partition 0 and hangs across the recreation while m keeps reporting; b gets
+    it 130 s later: one stall, as without the recreation."""
+    def run(recreate: bool) -> list:
+        j = GroupJudge(stall_ms=60_000)
+        j.observe(0, {"m": "a", "k": "assigned", "t": 0, "p": [0]})
+        j.observe(1, {"m": "a", "k": "progress", "t": 1000, "p": [0]})
+        if recreate:
+            j.recreated()
+        n = 2
+        for t in range(11_000, 131_000, 10_000):
+            j.observe(n, {"m": "m", "k": "progress", "t": t, "p": [1]})
+            n += 1
+        j.observe(n, {"m": "b", "k": "assigned", "t": 131_000, "p": [0]})
+        return [(f.invariant, f.partition) for f in j.judge()]
+
+    assert run(False) == run(True) == [("rebalance_stall", 0)]
