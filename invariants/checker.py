@@ -354,6 +354,8 @@ class Checker(TopicLifecycle):
         report = self.sink.extend
         if changed and key.iso is RC:  # before the new records are read in
             self.cycles.on_rewritten(key.topic_id, key.partition, changed[0][0])
+            if self.group_source and key.topic_id == self.group_topic_id:
+                self.groups.log_rewritten(key.partition, changed[0][0])
         for off, old, r in changed:
             new = None if r is None else r.ident
             report(self.offsets.on_change(key, off, old, new, other))

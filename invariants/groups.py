@@ -57,6 +57,15 @@ partition is no floor there (it may be the old log's position), and an assignmen
 could not read its committed offsets has no floor. The audit, which reads the log after the fact,
 does not judge ``group_skip`` at all where the ledger shows the canary topic recreated.
 
+**A rewritten log** (a node back without its data, an unclean election: a partition's offsets
+reused for other records). A member's client resetting its position backwards (or finding its
+committed offset past the log's end and starting below it) shows it in the log; the live checker
+also knows it when its own reader finds offsets it read holding other records. From there on,
+commits acknowledged before are judged below the rewrite only, and what was consumed or read at or
+above it is forgotten: the old log's commits and consumption say nothing of the new log's records
+at the same offsets (found on the local cluster: 242 false ``group_skip`` by the audit, 2 live, a
+node's partition wiped under the group, at offsets where the old log held transaction markers).
+
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
 member owning it (``assigned``, ``consumed``, ``progress``) — a paused member, a dead one the
@@ -112,6 +121,7 @@ class _Span:
     seeking: bool = False  # the member said it seeks back (a drill): the next backward jump is its own
     no_floor: bool = False  # the member saw no committed offset, or one out of the log's range
     stale: bool = False  # owned across a recreation of the topic: kept for stalls, no rewind judged in it
+    committed: int = -1  # the committed offset the member read at its assignment (-1: none, or not read)
 
 
 @dataclass
@@ -171,7 +181,7 @@ class GroupJudge:
                 # no committed offset, or one out of range: the client starts where auto.offset.reset says
                 no_floor = committed.get(str(p)) == -1 or int(p) in out or \
                     (self.recreations > 0 and str(p) not in committed)  # (read none: maybe an old log's)
-                self.spans[(member, int(p))] = _Span(at, no_floor=no_floor)
+                self.spans[(member, int(p))] = _Span(at, no_floor=no_floor, committed=int(committed.get(str(p), -1)))
                 self.resets += int(p) in out
                 self._alive(int(p), ts, member, at)
         elif kind == "seek":
@@ -251,6 +261,23 @@ class GroupJudge:
         self.blind = True
         self.recreations += 1
 
+    def log_rewritten(self, p: int, offset: int) -> None:
+        """Partition p's log holds other records from ``offset`` on than it did (a node back
+        without its data, an unclean election: offsets reused): what was consumed and read there
+        was of the old log, and a commit acknowledged so far passed the old log's records, not the
+        new one's. Commits so far are judged below ``offset`` only; consumption and reference reads
+        at or above it are forgotten (a new log's record there is judged by later commits, or not
+        at all if the reference reader read it before this was known)."""
+        if p in self.to_judge:
+            self.to_judge[p] = [(min(value, offset), ack) for value, ack in self.to_judge[p]]
+        seen = self.first_consumed.get(p)
+        if seen:
+            for o in [o for o in seen if o >= offset]:
+                del seen[o]
+        ref = self.reference.get(p)
+        if ref:
+            ref.difference_update([o for o in ref if o >= offset])
+
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
             del self.spans[key]
@@ -281,12 +308,15 @@ class GroupJudge:
         if span is not None and not span.started:
             span.started = True
             span.floor = None if span.no_floor else self._fetch_floor(p, span, at)
+            if span.no_floor and offsets and 0 <= offsets[0] < span.committed:
+                self.log_rewritten(p, offsets[0])  # its committed offset lay past the log's end
         if span is not None and offsets and 0 <= offsets[0] <= span.last:  # it went back
             if span.seeking:
                 span.seeking = False  # the member's own seek: judged
             else:  # the client reset its position (out of range: a truncated log): no floor holds
                 span.floor, span.own_ack = None, -1
                 self.resets += 1
+                self.log_rewritten(p, offsets[0])
         if span is not None and offsets:
             span.last = offsets[-1]  # (after a jump back, from there)
         floor = -1
@@ -400,7 +430,8 @@ class GroupJudge:
             "blind": self.blind, "observations_lost": self.observations_lost, "resets": self.resets,
             "recreations": self.recreations,
             "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
-            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor, s.stale]
+            "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor, s.stale,
+                       s.committed]
                       for (m, p), s in self.spans.items()],
             "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result,
                          sorted(c.unknown_log)] for c in self.commits],
@@ -429,7 +460,8 @@ class GroupJudge:
         j.recreations = int(doc.get("recreations", 0))
         j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
         j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o), int(last),
-                                           bool(seeking), bool(nf), bool(rest[0]) if rest else False)
+                                           bool(seeking), bool(nf), bool(rest[0]) if rest else False,
+                                           int(rest[1]) if len(rest) > 1 else -1)
                    for m, p, a, f, s, o, last, seeking, nf, *rest in doc.get("spans", [])}
         j.commits = [_Commit(str(m), {int(p): int(v) for p, v in values.items()}, int(i),
                              None if a is None else int(a), str(r), frozenset(int(q) for q in (rest[0] if rest else [])))

@@ -475,3 +475,31 @@ def test_a_recreation_noted_anywhere_never_makes_a_false_skip_or_rewind(seed):
     assert not any(f.invariant == "group_skip" for f in found) or at_switch == len(sim.obs)
     assert {(f.partition, f.offset) for f in found if f.invariant == "group_skip"} <= sim.true_skips
     assert sum(f.invariant == "group_rewind" and sim.obs[f.at]["k"] == "consumed" for f in found) <= sim.true_rewinds
+
+
+def test_a_rewritten_log_judges_the_old_logs_commits_only_below_the_rewrite():
+    """Found on the local cluster (a node's partition wiped under the group, offsets reused): the
+    old log held transaction markers at 5 and 9, which no member consumes; a commit of 11 passed
+    them. The new log holds records there. The member's client resets to 0 (a backward jump), or
+    a new owner finds the committed 11 past the log's end and starts at 0: the old commit passes
+    nothing of the new log (the audit counted 242 such offsets, live 2)."""
+    old = [("a", "assigned", {"p": [0], "c": {"0": -1}}), ("a", "consumed", {"r": {"0": [[0, 5], [6, 3], [10, 1]]}}),
+           ("a", "intent", {"o": {"0": 11}}), ("a", "ack", {"r": "ok"})]
+    by_reset = old + [("a", "consumed", {"r": {"0": [[0, 20]]}}), ("a", "intent", {"o": {"0": 20}}),
+                      ("a", "ack", {"r": "ok"})]
+    by_new_owner = old + [("a", "revoked", {"p": [0]}), ("b", "assigned", {"p": [0], "c": {"0": 11}, "oor": [0]}),
+                          ("b", "consumed", {"r": {"0": [[0, 20]]}}), ("b", "intent", {"o": {"0": 20}}),
+                          ("b", "ack", {"r": "ok"})]
+    for history in (by_reset, by_new_owner):
+        j = GroupJudge()
+        for at, (m, k, f) in enumerate(history):
+            j.observe(at, {"m": m, "k": k, "t": at, **f})
+        j.read_reference(0, range(20))  # the new log, read after it all (as the audit reads it)
+        assert j.judge() == [] and j.judged_records == 20
+    # a record the new log's own commit passed unconsumed is still a skip
+    j = GroupJudge()
+    for at, (m, k, f) in enumerate(by_reset[:-3] + [("a", "consumed", {"r": {"0": [[0, 7], [8, 12]]}}),
+                                                      ("a", "intent", {"o": {"0": 20}}), ("a", "ack", {"r": "ok"})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    j.read_reference(0, range(20))
+    assert [(f.invariant, f.offset) for f in j.judge()] == [("group_skip", 7)]
