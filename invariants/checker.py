@@ -355,7 +355,7 @@ class Checker(TopicLifecycle):
         if changed and key.iso is RC:  # before the new records are read in
             self.cycles.on_rewritten(key.topic_id, key.partition, changed[0][0])
             if self.group_source and key.topic_id == self.group_topic_id:
-                self.groups.log_rewritten(key.partition, changed[0][0])
+                self.groups.log_rewritten(key.partition, changed[0][0], consumed_again=False)
         for off, old, r in changed:
             new = None if r is None else r.ident
             report(self.offsets.on_change(key, off, old, new, other))

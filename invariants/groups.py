@@ -261,17 +261,21 @@ class GroupJudge:
         self.blind = True
         self.recreations += 1
 
-    def log_rewritten(self, p: int, offset: int) -> None:
+    def log_rewritten(self, p: int, offset: int, consumed_again: bool = True) -> None:
         """Partition p's log holds other records from ``offset`` on than it did (a node back
         without its data, an unclean election: offsets reused): what was consumed and read there
         was of the old log, and a commit acknowledged so far passed the old log's records, not the
-        new one's. Commits so far are judged below ``offset`` only; consumption and reference reads
-        at or above it are forgotten (a new log's record there is judged by later commits, or not
-        at all if the reference reader read it before this was known)."""
+        new one's. Commits so far are judged below ``offset`` only; reference reads at or above it
+        are forgotten (a new log's record there is judged by later commits, or not at all if the
+        reference reader read it before this was known), and so is consumption there when the
+        group consumes again from there (``consumed_again``: a member's client reset its position
+        to ``offset``; not when only Vigil's reader saw the rewrite: a member that carries on
+        past it consumed the old records there, and the audit, which sees only the members'
+        observations, credits them the same)."""
         if p in self.to_judge:
             self.to_judge[p] = [(min(value, offset), ack) for value, ack in self.to_judge[p]]
         seen = self.first_consumed.get(p)
-        if seen:
+        if seen and consumed_again:
             for o in [o for o in seen if o >= offset]:
                 del seen[o]
         ref = self.reference.get(p)
