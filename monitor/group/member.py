@@ -261,6 +261,11 @@ class Member:
                         self.stop.set()
                 runs = {}
                 for p, offsets in got.items():
+                    if offsets[0] < self.positions.get(p, -1) and p not in self.rewinding:
+                        # its client reset the position backwards (a log rewritten below it: an unclean
+                        # election, a node back empty): commit where it consumes now, as an application
+                        # committing its position would, not only once past what it committed before
+                        self.committed.pop(p, None)
                     self.positions[p] = offsets[-1] + 1
                     reported = self._consumed(p, offsets)
                     if reported:
