@@ -61,9 +61,10 @@ does not judge ``group_skip`` at all where the ledger shows the canary topic rec
 reused for other records). A member's client resetting its position backwards (or finding its
 committed offset past the log's end and starting below it) shows it in the log; the live checker
 also knows it when its own reader finds offsets it read holding other records. From there on,
-commits acknowledged before are judged below the rewrite only, and what was consumed or read at or
-above it is forgotten: the old log's commits and consumption say nothing of the new log's records
-at the same offsets (found on the local cluster: 242 false ``group_skip`` by the audit, 2 live, a
+commits acknowledged before are judged below the rewrite only, what was read at or above it is
+forgotten, and so is what was consumed there when a member resets to it (Vigil's reader alone
+seeing it keeps the consumption: a member carrying on past the rewrite consumed the old records):
+the old log's commits and consumption say nothing of the new log's records at the same offsets (found on the local cluster: 242 false ``group_skip`` by the audit, 2 live, a
 node's partition wiped under the group, at offsets where the old log held transaction markers).
 
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
@@ -247,8 +248,7 @@ class GroupJudge:
         """The canary topic was recreated under its name (a new topic ID). Commits name topics,
         not IDs, so for a while the members commit the positions they held in the old log, and
         where they resume in the new one (that offset, or ``auto.offset.reset`` past its end) says
-        nothing about the group. Assignments and commits are
-        forgotten and ``group_skip`` is no longer judged; ownership is kept (``rebalance_stall``
+        nothing about the group. Commits are forgotten and ``group_skip`` is no longer judged; ownership is kept (``rebalance_stall``
         is judged throughout) but no rewind is judged in an assignment that began before. After
         it, a commit by a member without a fresh assignment on a partition is no floor there, and
         an assignment whose member could not read its committed offsets has none."""
