@@ -24,6 +24,12 @@ app = typer.Typer(
 ScenarioFiles = typer.Option(None, "--scenario", help="A scenario YAML file of your own (repeatable).")
 ReportDir = typer.Option(Path("chaos-reports"), "--report", help="Directory for the reports.")
 MetricsPort = typer.Option(9470, help="Metrics port of each run's checker.")
+Warmup = typer.Option(None, "--warmup", min=0, help="Seconds of writes before the first fault, instead of "
+                      "each scenario's warmup_s (20 unless it says otherwise).")
+Recovery = typer.Option(None, "--recovery", min=0, help="Seconds of writes after the last fault before the "
+                        "run stops and drains, instead of each scenario's recovery_s (30 unless it says "
+                        "otherwise). The checker reads to the end either way; a longer recovery shows more of how "
+                        "the cluster came back, and decides more of the writes a fault left at risk.")
 WithCanaries = typer.Option(None, "--with", help="Run an application canary in each run as well (repeatable): "
                             "groups (the consumer-group canary) or eos (the exactly-once pipeline), judged live "
                             "and by the audit with the rest; the config's groups.enabled / eos.enabled too.")
@@ -59,6 +65,8 @@ def run(names: list[str] = typer.Argument(None, help="Scenario names (see `vigil
         report: Path = ReportDir,
         metrics_port: int = MetricsPort,
         with_: Optional[list[str]] = WithCanaries,
+        warmup: Optional[float] = Warmup,
+        recovery: Optional[float] = Recovery,
         as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
         config: Optional[Path] = ConfigOption) -> None:
     """Run scenarios on the local cluster, one after another: fresh topics, writers and checker, a
@@ -66,7 +74,7 @@ def run(names: list[str] = typer.Argument(None, help="Scenario names (see `vigil
     or broken, live == audit, the scenario's expectations met. Each writes DIR/NAME/report.md,
     result.json, timeline.jsonl and timeline.png. Exits 1 when a verdict fails. Ctrl-C stops the
     faults and heals the cluster before exiting."""
-    chosen = scenarios.select(list(names or []), list(scenario or []))
+    chosen = _phases(scenarios.select(list(names or []), list(scenario or [])), warmup, recovery)
     if not chosen:
         raise scenarios.ScenarioError("name at least one scenario (see `vigil chaos list`)")
     results = [_run_one(runner, s, report) for runner in [_runner(config, metrics_port, with_)] for s in chosen]
@@ -82,6 +90,8 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
            report: Path = ReportDir,
            metrics_port: int = MetricsPort,
            with_: Optional[list[str]] = WithCanaries,
+           warmup: Optional[float] = Warmup,
+           recovery: Optional[float] = Recovery,
            summarize: bool = typer.Option(False, "--summarize", help="Run nothing: write the summary again from "
                                           "the runs already under --report (their result.json)."),
            config: Optional[Path] = ConfigOption) -> None:
@@ -91,7 +101,7 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
     Exits 1 when any verdict fails or any scenario could not run."""
     from monitor.chaos import report as reports
 
-    chosen = scenarios.select(list(only or scenarios.builtin()), list(scenario or []))
+    chosen = _phases(scenarios.select(list(only or scenarios.builtin()), list(scenario or [])), warmup, recovery)
     if summarize:
         rows = reports.rows_from(report, {s.name: s for s in chosen})
         errors = json.loads((report / "matrix.json").read_text()) if (report / "matrix.json").exists() else []
@@ -115,6 +125,13 @@ def matrix(scenario: Optional[list[Path]] = ScenarioFiles,
 
 
 CANARIES = ("groups", "eos")
+
+
+def _phases(chosen: list[scenarios.Scenario], warmup: Optional[float],
+            recovery: Optional[float]) -> list[scenarios.Scenario]:
+    """The scenarios with --warmup / --recovery in place of their own warm-up and recovery."""
+    update = {k: v for k, v in (("warmup_s", warmup), ("recovery_s", recovery)) if v is not None}
+    return [s.model_copy(update=update) for s in chosen] if update else chosen
 
 
 def _runner(config: Optional[Path], metrics_port: int, with_: Optional[list[str]] = None):

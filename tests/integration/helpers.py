@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from monitor.audit.book import LedgerBook
 from monitor.clients import watermarks
@@ -115,23 +115,40 @@ def read_ledger(bootstrap: str, topic: str) -> LedgerBook:
 def write_source_with_aborts(bootstrap: str, topic: str, stop: threading.Event, written: Counter,
                              partitions: int = 3) -> None:
     """Transactions over every partition (one in four aborted, so the source has aborted records
-    and control records for read_committed to skip) and plain idempotent records in between."""
-    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"eos-src-{uuid.uuid4().hex[:8]}",
-                    "linger.ms": 5})
+    and control records for read_committed to skip) and plain idempotent records in between.
+    A transactional producer that fails fatally (librdkafka#4849: an abort refused with
+    INVALID_TXN_STATE now and then) is replaced under the same transactional id, as an application
+    would (so its open transaction is aborted at once rather than holding back read_committed until
+    it times out), and counted in ``written["replaced"]``: the source must keep flowing for the
+    tests that read it."""
+    transactional_id = f"eos-src-{uuid.uuid4().hex[:8]}"
+
+    def transactional() -> Producer:
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                             "linger.ms": 5})
+        producer.init_transactions(30)
+        return producer
+
+    txn = transactional()
     plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    txn.init_transactions(30)
     n = 0
     while not stop.is_set():
         n += 1
-        txn.begin_transaction()
-        for i in range(6):
-            txn.produce(topic, b"t%d-%d" % (n, i), partition=i % partitions)
-        if n % 4 == 0:
-            txn.abort_transaction(30)
-            written["aborted"] += 6
-        else:
-            txn.commit_transaction(30)
-            written["committed"] += 6
+        abort = n % 4 == 0
+        try:
+            txn.begin_transaction()
+            for i in range(6):
+                txn.produce(topic, b"t%d-%d" % (n, i), partition=i % partitions)
+            if abort:
+                txn.abort_transaction(30)
+            else:
+                txn.commit_transaction(30)
+            written["aborted" if abort else "committed"] += 6
+        except KafkaException as exc:
+            if not exc.args[0].fatal():
+                raise
+            written["replaced"] += 1  # (the transaction it was ending is aborted by the next init)
+            txn = transactional()
         plain.produce(topic, b"p%d" % n, partition=n % partitions)
         written["plain"] += 1
         plain.poll(0)

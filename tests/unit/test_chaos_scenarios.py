@@ -72,3 +72,15 @@ def test_a_run_gives_the_application_canaries_groups_and_topics_of_its_own(tmp_p
     assert cfg.groups.observation_topic == "vigil-chaos-s3-20261124-group-obs"
     assert (cfg.eos.group, cfg.eos.output_topic) == ("vigil-chaos-s3-20261124-eos", "vigil-chaos-s3-20261124-eos-out")
     assert cfg.canary.name == "vigil-chaos-s3-20261124" and cfg.ledger.topic == "vigil-chaos-s3-20261124-ledger"
+
+
+def test_warmup_and_recovery_given_on_the_command_line_replace_each_scenarios_own(tmp_path):
+    from monitor.cli.chaos_cmd import _phases
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({**MINIMAL, "warmup_s": 40, "recovery_s": 50}))
+    chosen = scenario.select(["S3"], [path])
+    assert [(s.warmup_s, s.recovery_s) for s in chosen] == [(20, 30), (40, 50)]
+    assert [(s.warmup_s, s.recovery_s) for s in _phases(chosen, 10, None)] == [(10, 30), (10, 50)]
+    assert [(s.warmup_s, s.recovery_s) for s in _phases(chosen, None, 5)] == [(20, 5), (40, 5)]
+    assert _phases(chosen, None, None) == chosen
