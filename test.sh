@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/bootstrap.sh --test
-exec .venv/bin/python -m pytest --durations=12 "$@"
+exec .venv/bin/python -m pytest --durations=0 --durations-min=15 "$@"

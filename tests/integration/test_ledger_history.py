@@ -26,9 +26,11 @@ def test_retention_trims_canary_and_ledger_under_a_checker_that_started_late(clu
         ledger={"retention_ms": 60000, "extra_config": {"segment.ms": "10000"}, "checkpoint_interval_s": 5},
         watch={"starting_offsets": "latest"},
         writers=[{"name": "idempotent", "rate": 150}, {"name": "txn", "transactional": True, "rate": 30}])
-    writers = Background(path, "produce", "--writer", "idempotent", "--duration", "170", "--metrics-port", "0",
+    # two minutes of writes: retention (60 s, 10 s segments, checked every 5 s) starts deleting at
+    # about 75 s, under a checker started at 25 s, and goes on segment by segment to the end
+    writers = Background(path, "produce", "--writer", "idempotent", "--duration", "120", "--metrics-port", "0",
                          name="produce")
-    txn = Background(path, "produce", "--writer", "txn", "--duration", "170", "--metrics-port", "0", name="txn")
+    txn = Background(path, "produce", "--writer", "txn", "--duration", "120", "--metrics-port", "0", name="txn")
     try:
         time.sleep(25)  # the ledger and the canary topic have history this checker will never read
         watch = Background(path, "watch", name="watch")
