@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from invariants.catalog import Invariant
 from invariants.model import Durability
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit
-from tests.unit.changing_logs import DURABLE, RC, READERS, RU, TOPIC, UNCLEAN, Sim, SimWriter, Slot
+from tests.unit.changing_logs import DURABLE, RC, READERS, RU, TOPIC, UNCLEAN, Sim, SimWriter
 
 H = 4
 
@@ -34,9 +34,8 @@ def live_classes(sim: Sim) -> set:
 
 
 def final_audit(sim: Sim, ledger_from: int = 0):
-    log_start = {(sim.tid, p): s for p, s in sim.log_start.items()}
-    return audit(sim.ledger[ledger_from:], {iso: sim.final_reads(iso) for iso in READERS}, H, log_start,
-                 watched=[TOPIC], topic_ids_now={TOPIC: sim.tid}, read_log_start={iso: log_start for iso in READERS})
+    return audit(sim.ledger[ledger_from:], {iso: sim.final_reads(iso) for iso in READERS}, H,
+                 {(sim.tid, p): s for p, s in sim.log_start.items()}, watched=[TOPIC], topic_ids_now={TOPIC: sim.tid})
 
 
 @given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans(), unclean=st.booleans(), cut=st.integers(0, 7),
@@ -320,33 +319,3 @@ def test_a_topic_recreated_under_the_writers(seed, from_earliest, notice, moved,
     live_expired = sim.checker.expired_by_reason  # live may have judged some before A vanished,
     assert live_expired.get("log_start", 0) + live_expired.get("below_first_read", 0) >= below  # when retention hid them
     assert sim.checker.acked.undecided() == oracle.undecided == 0
-
-
-def test_a_wiped_log_that_begins_with_records_read_committed_never_returns_is_judged_from_its_log_start():
-    """Measured on the local cluster (fresh-clone preview, a node back without an RF-1 partition):
-    the new log began with an aborted transaction's records, so read_committed's first record was
-    at offset 3. The audit called the old log's acknowledged writes at offsets 1 and 2 expired
-    (below its reader's first record, as if retention had taken them) and live, which had read
-    them there and seen them vanish, lost: 1,005 against 1,003. The offsets below the first record
-    were in the log all along (the log start after the read says so), holding other records: the
-    writes there are missing, in read_committed as in read_uncommitted. Where the log start after
-    the read is higher (retention), they are expired, as before."""
-    sim = Sim(1, random.Random(7))
-    w = SimWriter(sim, DURABLE)
-    w.write(0, 6)  # offsets 0-5, acknowledged, then the partition is wiped
-    sim.deliver(len(sim.ledger))
-    sim.catch_up()
-    sim.logs[0] = [Slot(("x", "aborted", i)) for i in range(3)]  # (a reader of the final log: ru only)
-    SimWriter(sim, DURABLE).write(0, 3 + H + 3)
-    reads = {iso: sim.final_reads(iso) for iso in READERS}
-    reads[RC] = {part: [r for r in recs if r[1][0] != "x"] for part, recs in reads[RC].items()}
-    part = (sim.tid, 0)
-
-    def lost(read_log_start):
-        res = audit(sim.ledger, reads, H, {part: 0}, watched=[TOPIC], topic_ids_now={TOPIC: sim.tid},
-                    read_log_start=read_log_start)
-        return {iso: res.count(Invariant.LOST_WRITE, iso) for iso in READERS}, res.expired["below_first_read"]
-
-    assert lost({RC: {part: 0}, RU: {part: 0}}) == ({RC: 6, RU: 6}, 0)
-    assert lost({RC: {part: 3}, RU: {part: 0}}) == ({RC: 3, RU: 6}, 3)  # retention took 0-2 before rc read
-    assert lost(None) == ({RC: 3, RU: 6}, 3)  # (not known: the first record read, as before)
