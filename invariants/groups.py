@@ -38,7 +38,12 @@ not a ``group_rewind``.
 **Resets and lost observations.** A member's ``assigned`` says which committed offsets it read
 itself (-1: none — expired, deleted, a new group) and which were out of the log's range (a
 truncated log): there the client starts where ``auto.offset.reset`` (earliest) says, and no floor
-holds. Within an assignment, a backward jump the member did not announce (``seek``, which only
+holds. Nor where the member could not list the log's range (``uk``: the partition's leader not
+answering, as with a node down holding its only replica): the committed offset may be out of range
+once the log is back (found on the local cluster: a node back without its RF-1 partition, the
+group rebalancing while it was down; the member's first fetch reset to the new log's start, and a
+floor taken from the old log's commits called 1,500 records rewound). A member starting below its
+committed offset there shows the log rewritten, as with one out of range. Within an assignment, a backward jump the member did not announce (``seek``, which only
 the rewind drill does) is the client resetting an out-of-range position: no floor holds from
 there either (``resets`` counts both); what is consumed again is redelivered, not rewound.
 Observations that are missing (a gap in the log's offsets, or its head deleted) make the judge
@@ -177,10 +182,11 @@ class GroupJudge:
         elif kind == "assigned":
             if member in self.stopped:
                 return  # (from inside its close(), after it said it stopped)
-            committed, out = obs.get("c") or {}, set(obs.get("oor") or [])
+            committed, out, unlisted = obs.get("c") or {}, set(obs.get("oor") or []), set(obs.get("uk") or [])
             for p in obs.get("p", []):
-                # no committed offset, or one out of range: the client starts where auto.offset.reset says
-                no_floor = committed.get(str(p)) == -1 or int(p) in out or \
+                # no committed offset, or one out of range (or whose range the member could not list:
+                # it may be): the client starts where auto.offset.reset says
+                no_floor = committed.get(str(p)) == -1 or int(p) in out or int(p) in unlisted or \
                     (self.recreations > 0 and str(p) not in committed)  # (read none: maybe an old log's)
                 self.spans[(member, int(p))] = _Span(at, no_floor=no_floor, committed=int(committed.get(str(p), -1)))
                 self.resets += int(p) in out

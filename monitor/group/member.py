@@ -138,20 +138,26 @@ class Member:
 
     def _starts(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[str, Any]:
         """Where the assignment will start, as far as the member can tell: the committed offsets
-        (-1: none, so auto.offset.reset decides) and the partitions whose committed offset is out
-        of the log's range (expired, deleted, a truncated log: reset to the earliest offset)."""
+        (-1: none, so auto.offset.reset decides), the partitions whose committed offset is out of
+        the log's range (expired, deleted, a truncated log: reset to the earliest offset) and those
+        whose range could not be listed (``uk``: its leader not answering, e.g. a node down with the
+        only replica; the committed offset may be out of range once it is back)."""
         try:
             got = consumer.committed([TopicPartition(self.topic, tp.partition) for tp in partitions], timeout=10)
-            committed = {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in got}
-            out = []
-            for p, c in committed.items():
-                if c >= 0:
-                    low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5, cached=False)
-                    if not low <= c <= high:
-                        out.append(p)
-            return {"c": {str(p): c for p, c in committed.items()}, "oor": out}
         except KafkaException:
             return {}  # not known: the judge keeps its own candidates
+        committed = {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in got}
+        out, unknown = [], []
+        for p, c in committed.items():
+            if c >= 0:
+                try:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5, cached=False)
+                except KafkaException:
+                    unknown.append(p)
+                    continue
+                if not low <= c <= high:
+                    out.append(p)
+        return {"c": {str(p): c for p, c in committed.items()}, "oor": out, "uk": unknown}
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = sorted(tp.partition for tp in partitions)

@@ -205,3 +205,27 @@ def test_a_derived_topic_name_kafka_would_refuse_is_a_config_error_naming_the_ke
 
     with pytest.raises(VigilError, match="groups.observation_topic is 250 characters long, Kafka allows 249"):
         parse({"canary": {"name": "c" * 240}}, "t.yaml")
+
+
+def test_a_member_that_cannot_list_a_partitions_range_still_says_its_committed_offset():
+    """The partition's only replica on a node that is down: its range cannot be listed, its
+    committed offset can (the coordinator is elsewhere). The member says both, so the judge knows
+    the fetch may reset (``uk``) instead of taking a floor from the old log's commits."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from monitor.group.member import Member
+
+    class Consumer:
+        def committed(self, tps, timeout):
+            return [TopicPartition(tp.topic, tp.partition, {0: 1300, 1: 40, 2: -1001}[tp.partition]) for tp in tps]
+
+        def get_watermark_offsets(self, tp, timeout, cached):
+            if tp.partition == 0:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+            return 50, 90
+
+    parts = [TopicPartition("t", p) for p in (0, 1, 2)]
+    starts = Member._starts(SimpleNamespace(topic="t"), Consumer(), parts)
+    assert starts == {"c": {"0": 1300, "1": 40, "2": -1}, "oor": [1], "uk": [0]}

@@ -382,6 +382,31 @@ def test_no_committed_offset_or_one_out_of_range_and_a_silent_jump_back_are_rese
     assert [(f.invariant, f.partition, f.offset) for f in j.judge()] == [("group_rewind", 1, 1)]
 
 
+def test_a_partition_whose_range_could_not_be_listed_starting_below_its_committed_offset_is_a_rewrite():
+    """Found on the local cluster (test_wiped_partitions): a node down with the only replica of
+    partition 0 and the group rebalancing meanwhile; the member assigned 0 could not list its
+    range. Back without its data, the log's offsets start again at 0: the client's fetch at the
+    committed offset (1,300) is out of range and it resets to the start. As recorded before (no
+    committed offsets at all), the audit called 1,500 records rewound and 223 skipped; with the
+    committed offset and ``uk``, none."""
+    def history(assigned: dict) -> list:
+        return [("a", "assigned", {"p": [0], "c": {"0": -1}, "oor": []}),
+                ("a", "consumed", {"r": {"0": [[0, 1300]]}}),
+                ("a", "intent", {"o": {"0": 1300}}), ("a", "ack", {"r": "ok"}), ("a", "revoked", {"p": [0]}),
+                ("b", "assigned", {"p": [0], **assigned}),
+                ("b", "consumed", {"r": {"0": [[1, 500]]}}),  # (offset 0 of the new log: a marker)
+                ("b", "intent", {"o": {"0": 501}}), ("b", "ack", {"r": "ok"})]
+
+    for assigned, want_rewinds in (({}, 500), ({"c": {"0": 1300}, "oor": [], "uk": [0]}, 0)):
+        j = GroupJudge()
+        for at, (m, k, f) in enumerate(history(assigned)):
+            j.observe(at, {"m": m, "k": k, "t": at, **f})
+        j.read_reference(0, list(range(1, 600)), reader_at=600)  # the final log: the new records
+        found = j.judge()
+        assert sum(f.invariant == "group_rewind" for f in found) == want_rewinds
+        assert want_rewinds or found == []
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 10**9))
 def test_observations_lost_anywhere_never_make_a_false_skip_or_rewind(seed):
