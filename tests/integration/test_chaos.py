@@ -50,7 +50,7 @@ def killed_leaders_partitions(run_dir: Path, victim: int, fault_at_s: float) -> 
 
 def test_s3_acks_all_with_the_leader_killed_keeps_the_promise_and_writes_its_report(cluster_ready, tmp_path):
     """S3 through `vigil chaos run`: kill -9 the leader under an acks=all idempotent writer, start
-    it again; no history violation, live == audit, the report's files written (about 2.5 min).
+    it again; no history violation, live == audit, the report's files written (about 1.5 min).
     A leader killed stops its partitions' reads until another is elected — measured in CI at
     18 s on a loaded machine (the controller fenced the dead broker only once it came back), more
     than stall_threshold_s — so a stalled_poll is allowed there, and only there."""
@@ -87,7 +87,7 @@ def test_s4_with_an_acks_all_writer_loses_only_what_acks1_allows_and_live_equals
     (measured: 2,978 of 23,626 acked writes in one run, none in another, depending on when the
     writers learn of the new leader) is at_risk; the acks=all writer, guaranteed, loses nothing;
     live == audit; a read_uncommitted stall, if any, had records available below the high watermark
-    it was listed against (about 2.5 min)."""
+    it was listed against (about 1.5 min)."""
     out = vigil(cluster_ready["config_path"], "chaos", "run", "--scenario", str(SCENARIOS / "s4_with_acks_all.yaml"),
                 "--report", str(tmp_path), *SHORT_PHASES, "--json", "--metrics-port", "29481", timeout=600)
     (result,) = json.loads(out.stdout.strip().splitlines()[-1])
@@ -162,7 +162,7 @@ def test_s6_unclean_election_every_rewritten_offset_read_is_inconsistent_as_an_i
     final log does not reach past their settle window, which the audit leaves undecided. With the
     consumer-group canary on (`--with groups`): no rule calls what the election did to the group a
     skip or a rewind — live or by the audit — and every record read_committed holds, the new ones at
-    the rewritten offsets included, is passed by an acknowledged commit and judged (about 4 min)."""
+    the rewritten offsets included, is passed by an acknowledged commit and judged (about 3 min)."""
     cfg = cluster_ready["config"]
     admin_topics = set(clients.admin(cfg).list_topics(timeout=10).topics)
     recorder = Recorder(cluster_ready["bootstrap"], "vigil-chaos-s6-", admin_topics)
@@ -231,7 +231,7 @@ def test_s8_transactions_with_the_coordinator_then_a_leader_killed_live_equals_a
     """S8 through `vigil chaos run`: a transactional writer (some transactions aborted on purpose) and
     an idempotent one; kill -9 the transaction coordinator mid-transaction, start it, then kill -9
     a canary partition leader and start it. Whatever Kafka does, live == audit; the report has its
-    table, timeline and chart (about 2.5 min)."""
+    table, timeline and chart (about 2 min)."""
     out = vigil(cluster_ready["config_path"], "chaos", "run", "S8", "--report", str(tmp_path), *SHORT_PHASES, "--json",
                 "--metrics-port", "29483", timeout=900)
     (result,) = json.loads(out.stdout.strip().splitlines()[-1])
