@@ -43,9 +43,9 @@ answering, as with a node down holding its only replica): the committed offset m
 once the log is back (found on the local cluster: a node back without its RF-1 partition, the
 group rebalancing while it was down; the member's first fetch reset to the new log's start, and a
 floor taken from the old log's commits called 1,500 records rewound). A member starting below its
-committed offset there shows the log rewritten, as with one out of range. Within an assignment, a backward jump the member did not announce (``seek``, which only
-the rewind drill does) is the client resetting an out-of-range position: no floor holds from
-there either (``resets`` counts both); what is consumed again is redelivered, not rewound.
+committed offset there shows the log rewritten, as with one out of range. Within an assignment,
+a backward jump the member did not announce (``seek``, which only the rewind drill does) is the
+client resetting an out-of-range position: no floor holds from there either (``resets`` counts both); what is consumed again is redelivered, not rewound.
 Observations that are missing (a gap in the log's offsets, or its head deleted) make the judge
 forget assignments and commits (no rewind until the next assignment) and stop judging
 ``group_skip`` (``observations_lost``): what the members consumed then is unknown. A malformed
@@ -69,8 +69,9 @@ also knows it when its own reader finds offsets it read holding other records. F
 commits acknowledged before are judged below the rewrite only, what was read at or above it is
 forgotten, and so is what was consumed there when a member resets to it (Vigil's reader alone
 seeing it keeps the consumption: a member carrying on past the rewrite consumed the old records):
-the old log's commits and consumption say nothing of the new log's records at the same offsets (found on the local cluster: 242 false ``group_skip`` by the audit, 2 live, a
-node's partition wiped under the group, at offsets where the old log held transaction markers).
+the old log's commits and consumption say nothing of the new log's records at the same offsets
+(found on the local cluster: 242 false ``group_skip`` by the audit, 2 live, a node's partition
+wiped under the group, at offsets where the old log held transaction markers).
 
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
@@ -254,8 +255,9 @@ class GroupJudge:
         """The canary topic was recreated under its name (a new topic ID). Commits name topics,
         not IDs, so for a while the members commit the positions they held in the old log, and
         where they resume in the new one (that offset, or ``auto.offset.reset`` past its end) says
-        nothing about the group. Commits are forgotten and ``group_skip`` is no longer judged; ownership is kept (``rebalance_stall``
-        is judged throughout) but no rewind is judged in an assignment that began before. After
+        nothing about the group. Commits are forgotten and ``group_skip`` is no longer judged;
+        ownership is kept (``rebalance_stall`` is judged throughout) but no rewind is judged in an
+        assignment that began before. After
         it, a commit by a member without a fresh assignment on a partition is no floor there, and
         an assignment whose member could not read its committed offsets has none."""
         for span in self.spans.values():
