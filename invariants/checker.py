@@ -60,6 +60,7 @@ from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
+from invariants.group_confirm import SkipsToConfirm
 from invariants.groups import GroupFinding, GroupJudge
 from invariants.write_cycles import WriteCyclesFamily
 
@@ -96,6 +97,7 @@ class Checker(TopicLifecycle):
         self.groups = GroupJudge()
         self.group_source = ""  # the canary topic name the group canary reads ("": no group watched)
         self.group_topic_id = ""  # ... and the ID its verdicts are about
+        self.group_skips = SkipsToConfirm()  # found, counted once read_committed read the offset again
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
@@ -164,6 +166,7 @@ class Checker(TopicLifecycle):
             view_key = ViewKey(iso, topic_id, partition)
             for pending in (self.acked.candidates, self.sequence.candidates):
                 pending.below_log_start(view_key, offset)
+            self.group_skips.below_log_start(view_key, offset)
             if view_key in self.suspects:  # nothing below the log start can be read again either
                 self.suspects[view_key] = subtract(self.suspects[view_key], 0, offset)
 
@@ -212,6 +215,7 @@ class Checker(TopicLifecycle):
         for lo, hi in fresh:
             self.acked.candidates.read_again(key, lo, hi, v.epoch)
             self.sequence.candidates.read_again(key, lo, hi, v.epoch)
+            self.group_skips.read_again(key, lo, hi, v.epoch)
             if key in self.suspects:
                 self.suspects[key] = subtract(self.suspects[key], lo, hi)
 
@@ -309,7 +313,16 @@ class Checker(TopicLifecycle):
             return
         tid = self.group_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
+        self._group_violations(tid, self.group_skips.confirmed(lambda k: self.view(*k)))
         for f in self.groups.judge(starts):
+            if f.invariant == "group_skip":  # it rests on a read of the reference reader: read again first
+                key = ViewKey(RC, tid, f.partition)
+                self.group_skips.add(key, self.view(*key).epoch, f)
+            else:
+                self._group_violations(tid, [f])
+
+    def _group_violations(self, tid: str, found: list[GroupFinding]) -> None:
+        for f in found:
             # a stall is liveness, about no setting of the topic
             promise = self._canary_promise(tid) if f.invariant != "rebalance_stall" else GUARANTEED
             self.sink.add(Violation(Invariant(f.invariant), RC, tid, f.partition, (f.offset,) if f.offset >= 0 else (),
@@ -382,7 +395,8 @@ class Checker(TopicLifecycle):
     def refetch_wanted(self) -> list[Refetch]:
         """Ranges to read again directly (both isolation levels) before verdicts resting on them count."""
         wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for tid, p, lo, hi in [*self.acked.candidates.wanted(), *self.sequence.candidates.wanted()]:
+        for tid, p, lo, hi in [*self.acked.candidates.wanted(), *self.sequence.candidates.wanted(),
+                               *self.group_skips.wanted()]:
             wanted.setdefault((tid, p), []).append((lo, hi))
         for key, ranges in self.suspects.items():
             wanted.setdefault((key.topic_id, key.partition), []).extend((a, b) for a, b in ranges)
@@ -415,6 +429,7 @@ class Checker(TopicLifecycle):
                 self.sink.extend(self.acked.judge_unconfirmed(
                     key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
                 self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
+                self._group_violations(key.topic_id, self.group_skips.unconfirmed(key, v, cut))
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)
             self.sequence.forget(key, v)

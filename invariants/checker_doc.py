@@ -11,6 +11,7 @@ from invariants.acked_writes import AckedWritesFamily
 from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
 from invariants.eos import EosLive
+from invariants.group_confirm import SkipsToConfirm
 from invariants.groups import GroupJudge
 from invariants.ledger_format import TopicSettings, WriterSettings
 from invariants.model import Durability, Settings, ViewKey, Violation
@@ -52,7 +53,8 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "unconfirmed": ck.unconfirmed.to_doc(),
         "cycles": ck.cycles.to_doc(),
         "eos": {"source": ck.eos_source, "topic_id": ck.eos_topic_id, "live": ck.eos.to_doc()},
-        "groups": {"source": ck.group_source, "topic_id": ck.group_topic_id, "judge": ck.groups.to_doc()},
+        "groups": {"source": ck.group_source, "topic_id": ck.group_topic_id, "judge": ck.groups.to_doc(),
+                   "skips_to_confirm": ck.group_skips.to_doc()},
         "topics": ck.topics.to_doc(),
         "recorded_log_start": [[tid, p, off] for (tid, p), off in ck.recorded_log_start.items()],
         "current_ids": ck.current_ids,
@@ -95,6 +97,7 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     groups = doc.get("groups") or {}  # absent before the group canary was judged
     ck.group_source, ck.group_topic_id = groups.get("source", ""), groups.get("topic_id", "")
     ck.groups = GroupJudge.from_doc(groups["judge"]) if "judge" in groups else GroupJudge()
+    ck.group_skips = SkipsToConfirm.from_doc(groups.get("skips_to_confirm"))  # absent before skips were confirmed
     ck.topics = TopicAttribution.from_doc(doc["topics"])
     ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
     ck.current_ids = dict(doc["current_ids"])

@@ -58,6 +58,7 @@ class TopicLifecycle:
             self.topics.gone[tid] = reason
             self.sink.extend(self.acked.end_topic(tid, lambda p, t=tid: self.recorded_log_start.get((t, p), 0),
                                                   reason))
+            self._group_violations(tid, self.group_skips.end_topic(tid, self.views.get))
             for key in [k for k in self.views if k.topic_id == tid]:
                 del self.views[key]
                 self._dirty.discard(key)

@@ -38,23 +38,66 @@ def history() -> list[bytes]:
             e("a", "lost", p=[0]), e("b", "assigned", p=[0]), e("b", "consumed", r={"0": [[5, 3]]})]  # 5 < 6: rewind
 
 
-def test_observation_rows_reach_the_checker_and_a_skip_waits_for_the_reader_then_survives_a_restart():
+def read_again(ck: Checker, held: bool = True) -> list:
+    """What read_committed finds when it reads again every range the checker wants (``held``: the
+    records it read there the first time; else none, as where a new log holds markers)."""
+    found = []
+    for w in ck.refetch_wanted():
+        reads = [Read(o, ("x", o, 1)) for o in range(w.lo, w.hi)] if held else []
+        assert ck.apply_refetched(RC, w.topic_id, w.partition, reads, (w.lo, w.hi))
+        found += ck.settle()
+    return found
+
+
+def test_observation_rows_reach_the_checker_and_a_skip_waits_for_the_reader_and_a_reread_then_survives_a_restart():
     ck = Checker()
     ck.note_topic("canary", "tid")
     ck.group_source = "canary"
     ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5)])
     found, stats = apply_batch(ck, rows(history()[:5]), lambda _n: "tid", group_reader_at={0: 5})
     assert stats.malformed["group_observation"] == 1
-    # offset 5 not read yet: the commit of 6 judged up to it only
-    assert [(v.invariant.value, v.offsets) for v in found] == [("group_skip", (4,))]
-    ck = Checker.from_doc(json.loads(json.dumps(ck.to_doc())), Settings())  # a restart
+    # offset 5 not read yet: the commit of 6 judged up to it only; the skip at 4 rests on what the
+    # reader handed over, and counts once read_committed read offset 4 again
+    assert found == []
+    assert [(w.topic_id, w.partition, w.lo, w.hi) for w in ck.refetch_wanted()] == [("tid", 0, 4, 5)]
+    ck = Checker.from_doc(json.loads(json.dumps(ck.to_doc())), Settings())  # a restart: it still waits
     ck.group_source = "canary"
+    assert [(v.invariant.value, v.offsets) for v in read_again(ck)] == [("group_skip", (4,))]
+    assert read_again(ck) == [] and ck.refetch_wanted() == []  # counted once
     ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5, 9)])
     found, _ = apply_batch(ck, rows(history(), 0), lambda _n: "tid", group_reader_at={0: 9})  # 0..4 read again
-    assert sorted((v.invariant.value, v.partition, v.offsets) for v in found) == [
-        ("group_rewind", 0, (5,)), ("group_skip", 0, (5,))]
+    assert [(v.invariant.value, v.partition, v.offsets) for v in found] == [("group_rewind", 0, (5,))]
+    found = read_again(ck)
+    assert [(v.invariant.value, v.partition, v.offsets) for v in found] == [("group_skip", 0, (5,))]
     assert all(v.topic_id == "tid" for v in found)
     assert ck.groups.redeliveries == 0
+
+
+def test_a_skip_on_a_record_the_reread_no_longer_finds_is_dropped():
+    """The reference reader handed over an old log's record (a prefetched tail) at an offset the new
+    log holds a transaction marker at: read again, nothing is there, and nothing is counted — as the
+    audit, which reads the final log, finds no record there to judge."""
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5)])
+    found, _ = apply_batch(ck, rows(history()[:5]), lambda _n: "tid", group_reader_at={0: 5})
+    assert found == [] and ck.refetch_wanted()
+    assert [v for v in read_again(ck, held=False) if v.invariant.value == "group_skip"] == []
+    assert ck.refetch_wanted() == [] and ck.view(RC, "tid", 0).held(4) is None
+
+
+def test_a_skip_the_view_is_about_to_forget_before_a_reread_is_judged_on_what_it_holds():
+    ck = Checker(Settings(horizon_offsets=10))
+    ck.note_topic("canary", "tid")
+    ck.group_source = "canary"
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5)])
+    found, _ = apply_batch(ck, rows(history()[:5]), lambda _n: "tid", group_reader_at={0: 5})
+    assert found == []
+    # 5 read (the commit of 6 now passes it too), and the horizon passes both before any re-read
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(5, 30)])
+    assert sorted((v.invariant.value, v.offsets) for v in ck.settle()) == [("group_skip", (4,)), ("group_skip", (5,))]
+    assert ck.refetch_wanted() == []
 
 
 @pytest.mark.parametrize("settings, durability, reason", [
@@ -71,6 +114,7 @@ def test_a_group_finding_is_classed_as_a_record_read_on_the_canary_topics_latest
         ck.topic_settings["tid"] = settings
     ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in range(9)])
     found, _ = apply_batch(ck, rows(history()), lambda _n: "tid", group_reader_at={0: 9})
+    found += read_again(ck)
     assert sorted(v.invariant.value for v in found) == ["group_rewind", "group_skip", "group_skip"]
     assert {(v.durability.value, v.reason) for v in found} == {(durability, reason)}
     # the audit's settings: the last a writer observed for that topic, in ledger order
