@@ -154,6 +154,7 @@ class Runner:
         proc = subprocess.Popen(VIGIL + ["run", "--json", "--config", str(run_dir / "vigil.yaml")],
                                 stdout=(run_dir / "run.out").open("w"), stderr=(run_dir / "run.err").open("w"),
                                 start_new_session=True)
+        unhealed: Exception | None = None
         try:
             sampler.start()
             self._first_batch(result, proc)
@@ -162,11 +163,19 @@ class Runner:
             heal_cluster(self.cluster)
             self._phase(result, "recovery", scenario.recovery_s)
         finally:
-            heal_cluster(self.cluster)
+            # the run is stopped whatever happens here, and an error already on its way keeps its
+            # own message (a failed heal once hid why a node had not come back)
+            try:
+                heal_cluster(self.cluster)
+            except Exception as exc:  # noqa: BLE001 - said, and raised below if nothing else was
+                unhealed = exc
+                self.say(f"{scenario.name}: could not heal the cluster: {exc}")
             result.phases["stop"] = round(time.time() - result.started_at, 1)
             self.say(f"{scenario.name}: stopping the writers, then the checker drains")
             child_run.stop(proc, STOP_TIMEOUT_S, dump_to=run_dir / "threads.txt")
             sampler.finish()
+        if unhealed is not None:
+            raise ScenarioError(f"{scenario.name}: the cluster could not be healed after the faults: {unhealed}")
         if proc.returncode != 0:
             dumped = run_dir / "threads.txt"
             raise ScenarioError(f"{scenario.name}: `vigil run` exited with {proc.returncode}; see {run_dir / 'run.err'}"

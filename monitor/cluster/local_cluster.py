@@ -37,7 +37,7 @@ from monitor.cluster.errors import ClusterError  # noqa: F401 - raised here, imp
 from monitor.cluster.layout import ClusterLayout, NodeLayout, render_properties
 from monitor.cluster.links import LinkControl
 from monitor.cluster.netproxy import send_command
-from monitor.cluster.processes import accepts, port_in_use, port_owner, terminate, wait_gone
+from monitor.cluster.processes import accepts, exited, port_in_use, port_owner, terminate, wait_gone
 from monitor.cluster.status import ClusterStatus, NodeStatus
 from monitor.cluster.tls import ADMIN_USER, TlsFiles, ensure_tls, renew_broker
 from monitor.config import ClusterConfig
@@ -235,6 +235,7 @@ class LocalCluster(LinkControl):
             return pid
         node = self.layout.node(node_id)
         lib = jars.kafka_broker_jars(self.config.kafka_version, self.progress)
+        self._await_exit(node_id)
         self._check_ports([(self.config.host, node.client_port), ("127.0.0.1", node.replication_port),
                            ("127.0.0.1", node.controller_port)])
         self._write_node_files(node, meta)
@@ -262,6 +263,35 @@ class LocalCluster(LinkControl):
                 raise ClusterError(f"node {node_id} (pid {proc.pid}) did not show its command line within 10 s")
             time.sleep(0.01)
         return proc.pid
+
+    def _await_exit(self, node_id: int, timeout: float = 60.0) -> None:
+        """The node's last process, if it is still exiting (:func:`exited`), ended first: until
+        then it holds the node's ports and its log directory's lock."""
+        try:
+            proc = psutil.Process(int((self.node_dir(node_id) / "pid").read_text().strip()))
+        except (OSError, ValueError, psutil.Error):
+            return
+        if not exited(proc) and proc.status() == psutil.STATUS_ZOMBIE:
+            self.progress(f"node {node_id}: its last process (pid {proc.pid}) is still exiting; waiting for it")
+            if not wait_gone(proc.pid, timeout):
+                raise ClusterError(f"node {node_id}: its last process (pid {proc.pid}) did not finish exiting "
+                                   f"within {timeout:.0f} s")
+
+    def exit_report(self, node_id: int, lines: int = 6) -> str:
+        """Why a node exited, as far as its logs say: their last errors (else their last lines)."""
+        d = self.node_dir(node_id)
+        tails = []
+        for name in ("server.log", "stdout.log"):
+            try:
+                text = (d / name).read_text(errors="replace").splitlines()[-2000:]
+            except OSError:
+                continue
+            errors = [line for line in text if " ERROR " in line or " FATAL " in line]
+            if errors:
+                return f"its last errors ({d / name}):\n" + "\n".join(line[:300] for line in errors[-lines:])
+            tails.append((name, text[-lines:]))
+        return "no error logged; " + "; ".join(f"{d / name} ends:\n" + "\n".join(t) for name, t in tails if t) \
+            if any(t for _n, t in tails) else f"nothing in {d / 'server.log'} or stdout.log"
 
     def _signal(self, node_id: int, sig: signal.Signals) -> int:
         pid = self.node_pid(node_id)
@@ -332,8 +362,7 @@ class LocalCluster(LinkControl):
             status = self.status()
             for n in status.nodes:
                 if n.state == "stopped":
-                    raise ClusterError(f"node {n.node_id} exited during start-up; see "
-                                       f"{self.node_dir(n.node_id) / 'server.log'} and stdout.log")
+                    raise ClusterError(f"node {n.node_id} exited during start-up; {self.exit_report(n.node_id)}")
             if all(n.listening for n in status.nodes) and status.active_controller is not None:
                 brokers = self._registered_brokers()
                 if brokers >= self.config.nodes:
@@ -350,7 +379,10 @@ class LocalCluster(LinkControl):
         (registered, unfenced: it caught up); False when it did not within ``timeout``."""
         node = self.layout.node(node_id)
         deadline = time.monotonic() + timeout
-        while not (accepts(self.config.host, node.client_port) and node_id in self._registered_ids()):
+        while not (accepts(self.config.host, node.client_port) and node_id in self._registered_ids()
+                   and self.node_pid(node_id) is not None):
+            if self.node_pid(node_id) is None:  # (a listener and a registration may outlive it a moment)
+                raise ClusterError(f"node {node_id} exited during start-up; {self.exit_report(node_id)}")
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.5)

@@ -54,10 +54,22 @@ def terminate(pids: list[int], timeout: float) -> None:
             wait_gone(pid, 10)
 
 
+def exited(proc: psutil.Process) -> bool:
+    """Whether every thread of the process ended (its ports and file locks released). A zombie
+    whose thread count is above one is still exiting: its first thread ended, others have not —
+    seen on the local cluster as a broker killed -9 whose listener port was still taken, by no
+    process one could name, when the node was started again."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1
+    except psutil.NoSuchProcess:
+        return True
+
+
 def wait_gone(pid: int, timeout: float) -> bool:
-    """Whether the process ended within ``timeout``. A zombie has ended: a node started by another
-    process (the test session, an earlier `vigil cluster up`) stays one until that process reaps
-    it, and waiting for it to vanish would take the whole timeout."""
+    """Whether the process ended within ``timeout`` (:func:`exited`). A zombie of one thread has
+    ended: a node started by another process (the test session, an earlier `vigil cluster up`)
+    stays one until that process reaps it, and waiting for it to vanish would take the whole
+    timeout."""
     try:
         proc = psutil.Process(pid)
     except psutil.NoSuchProcess:
@@ -71,10 +83,7 @@ def wait_gone(pid: int, timeout: float) -> bool:
             pass
         except psutil.NoSuchProcess:
             return True
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
+        if exited(proc):
             return True
         if time.monotonic() >= deadline:
             return False
