@@ -181,6 +181,14 @@ class Checker(TopicLifecycle):
                 self.suspects[ViewKey(iso, topic_id, partition)] = [list(r) for r in merge(
                     [(a, b) for a, b in ranges if a < b])]
 
+    def log_went_back(self, topic_id: str, partition: int, new_end: int, old_end: int) -> None:
+        """The partition's high watermark went back from ``old_end`` to ``new_end``: the log was cut
+        at or below ``new_end``, and how far below nobody can tell (a broker back without its data
+        starts again at 0; the new records below ``new_end`` may begin with a marker or an aborted
+        transaction, which read_committed never returns): everything the readers remember below
+        ``old_end`` is read again, from the lowest offset each remembers."""
+        self.suspect(topic_id, partition, 0, max(old_end, new_end))
+
     def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read],
                     covered: tuple[int, int] | None = None) -> None:
         """One reader's records of one partition, in offset order. ``covered``: the range they were
@@ -455,11 +463,12 @@ class Checker(TopicLifecycle):
         self._dirty.add(key)
 
     def _acked_at(self, writer_id: int, inc: int, tid: str, p: int, first_offset: int, last_offset: int) -> None:
-        """An acknowledgement that goes backwards for a writer and partition is evidence of a rewrite."""
+        """An acknowledgement that goes backwards for a writer and partition is evidence of a rewrite,
+        at or below the new ack's offset (how far below, nobody can tell: :meth:`log_went_back`)."""
         k = (writer_id, inc, tid, p)
         top = self.max_acked.get(k)
         if top is not None and first_offset < top:
-            self.suspect(tid, p, first_offset, top + 1)
+            self.log_went_back(tid, p, first_offset, top + 1)
         self.max_acked[k] = max(last_offset, top if top is not None else -1)
 
     def _ledger_event(self, ev: LedgerEvent) -> None:

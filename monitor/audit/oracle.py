@@ -14,6 +14,12 @@ writer, or not the ID its name has now) has nothing left to read: its acknowledg
 ``lost_write`` (``topic_vanished``) at or above the last log start the writers recorded for their
 partition, expired below it, and all expired (``retired``) if it was retired.
 
+A reader's view of the final log begins at its first record, or lower where the log start after
+its read is lower: read_committed returns nothing of an aborted transaction, and a log that begins
+with one (a partition wiped and written again) holds records at the offsets below its first. An
+acknowledged write acked there is missing, as the live checker, which read the log before it
+changed, finds; below the view's beginning retention took the log, and writes there are expired.
+
 What the final log cannot show: an offset that held one record when a reader read it and
 another later (``inconsistent_offset`` across time), and that a lost write had been read before
 it vanished (the live checker classes such a loss by the topic's unclean-election setting, the
@@ -90,8 +96,14 @@ class AuditResult:
 
 def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
           log_start: dict[tuple[str, int], int] | None = None, watched: Iterable[str] | None = None,
-          topic_ids_now: dict[str, str | None] | None = None) -> AuditResult:
-    """``topic_ids_now``: the ID each watched topic name has now (None: missing), when known."""
+          topic_ids_now: dict[str, str | None] | None = None,
+          read_log_start: dict[Isolation, dict[tuple[str, int], int]] | None = None) -> AuditResult:
+    """``topic_ids_now``: the ID each watched topic name has now (None: missing), when known.
+    ``read_log_start``: per isolation, each partition's log start once that reader had read it to
+    the end, when known. A reader's view of the final log begins there, not at the first record it
+    returned: read_committed returns nothing for an aborted transaction's records, and a log that
+    begins with some (a partition wiped and written again, its first transaction aborted) holds
+    other records at the offsets below — an acknowledged write there is missing, not expired."""
     book = LedgerBook(watched)
     for e in ledger_entries:
         book.apply(e)
@@ -115,14 +127,24 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
             where[iso][part] = w
             res.records_checked[iso] += sum(len(v) for v in w.values())
 
+    seen_from = _seen_from(at, read_log_start or {})
     _duplicates_and_reorders(res, book, at, where)
     _inconsistent(res, book, at)
-    _acked_writes(res, book, at, where, settle, log_start, book.gone(topic_ids_now))
+    _acked_writes(res, book, at, where, settle, log_start, book.gone(topic_ids_now), seen_from)
     _unconfirmed(res, book, where, settle)
-    _transactions(res, book, reads, at, log_start)
+    _transactions(res, book, reads, at, log_start, seen_from)
     _write_cycles(res, reads.get(RC, {}))
     res.writers_joined_mid_stream = sum(1 for w in book.writers.values() if w.watched and w.joined_mid_stream)
     return res
+
+
+def _seen_from(at: dict, read_log_start: dict[Isolation, dict[tuple[str, int], int]]
+               ) -> dict[Isolation, dict[tuple[str, int], int]]:
+    """Per isolation and partition, where the reader's view of the final log begins: its first
+    record, or the log start after its read when that is lower (records below the first one it
+    returned were there, invisible to it). Below it, nothing can be judged: retention took it."""
+    return {iso: {part: min(min(offs), read_log_start.get(iso, {}).get(part, min(offs)))
+                  for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
 
 
 def _write_cycles(res: AuditResult, rc_reads: dict[tuple[str, int], list[tuple]]) -> None:
@@ -222,8 +244,10 @@ def _expected_in(iso: Isolation, txn_outcome: TxnOutcome | None) -> bool:
 
 
 def _acked_writes(res: AuditResult, book: LedgerBook, at: dict, where: dict, settle: int,
-                  log_start: dict[tuple[str, int], int], gone: dict[str, str]) -> None:
-    bounds = {iso: {part: (min(offs), max(offs) + 1) for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
+                  log_start: dict[tuple[str, int], int], gone: dict[str, str],
+                  seen_from: dict[Isolation, dict[tuple[str, int], int]]) -> None:
+    bounds = {iso: {part: (seen_from[iso][part], max(offs) + 1) for part, offs in at[iso].items() if offs}
+              for iso in (RC, RU)}
     backwards = _zero_acks_after_higher(book)
     for wkey, st in book.writes.items():
         if st.outcome is not WriteOutcome.ACKED:
@@ -299,7 +323,8 @@ def _unconfirmed(res: AuditResult, book: LedgerBook, where: dict, settle: int) -
 
 
 def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
-                  log_start: dict[tuple[str, int], int]) -> None:
+                  log_start: dict[tuple[str, int], int], seen_from: dict[Isolation, dict[tuple[str, int], int]]
+                  ) -> None:
     rc_seen: dict[TxnKey, dict[WriteKey, int]] = defaultdict(dict)
     ru_seen: dict[TxnKey, set[WriteKey]] = defaultdict(set)
     meant_to_abort: set[TxnKey] = set()  # a record of it carried the header's intended-abort flag
@@ -346,7 +371,7 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
             st = book.writes.get(w)
             if st is not None and st.outcome is WriteOutcome.ACKED:
                 lows[w.part] = min(st.offset, lows.get(w.part, st.offset))
-        if any(low < max(min(at[RC][part]), log_start.get(part, 0)) for part, low in lows.items()):
+        if any(low < max(seen_from[RC][part], log_start.get(part, 0)) for part, low in lows.items()):
             continue
         visible = sum(1 for w, off in rc_seen.get(key, {}).items() if off <= tops.get(w.part, -1))
         if 0 < visible < len(txn.writes):

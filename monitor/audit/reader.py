@@ -4,7 +4,7 @@ isolation levels, up to the end (high watermark / LSO), plus the whole ledger.""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError, TopicPartition
@@ -142,6 +142,9 @@ class History:
     topic_id: str  # "" when the canary topic does not exist (any more)
     malformed: dict[str, int]
     ledger_start: dict[int, int]  # per ledger partition, the first offset it still holds
+    # per isolation, each partition's log start once that reader had read it to the end: every
+    # offset at or above it was in the log throughout the read, whatever the reader returned there
+    read_log_start: dict = field(default_factory=dict)
 
 
 def read_ledger(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _m: None
@@ -188,6 +191,7 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
     entries, bad_entries, ledger_start = read_ledger(cfg, timeout_s, progress)
     malformed = {"ledger": bad_entries, "foreign": 0, "malformed": 0}
     reads: dict[Isolation, dict[tuple[str, int], list[tuple[int, Any, int]]]] = {}
+    read_log_start: dict[Isolation, dict[tuple[str, int], int]] = {}
     if info is None:
         progress(f"{cfg.canary.name}: the topic does not exist; judging from the ledger alone")
         return History(entries, {iso: {} for iso in Isolation if iso is not Isolation.NONE}, {}, "", malformed,
@@ -214,5 +218,6 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
         finally:
             c.close()
         reads[iso] = per
+        read_log_start[iso] = {(info.topic_id, p): off for p, off in low.items()}
     log_start = {(info.topic_id, p): off for p, off in low.items()}
-    return History(entries, reads, log_start, info.topic_id, malformed, ledger_start)
+    return History(entries, reads, log_start, info.topic_id, malformed, ledger_start, read_log_start)

@@ -21,7 +21,7 @@ from monitor.cli.common import ConfigOption, console, load_config, print_json, p
 def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
     h = read_history(cfg, timeout_s, progress)
     result = audit(h.entries, h.reads, cfg.watch.settle_offsets, h.log_start, watched=[cfg.canary.name],
-                   topic_ids_now={cfg.canary.name: h.topic_id or None})
+                   topic_ids_now={cfg.canary.name: h.topic_id or None}, read_log_start=h.read_log_start)
     counts: dict[str, dict[str, int]] = {iso.value: {} for iso in Isolation}
     by_class: dict[str, dict[str, dict[str, int]]] = {iso.value: {} for iso in Isolation}
     for inv in (*HISTORY_INVARIANTS, Invariant.LSO_STUCK):

@@ -120,7 +120,7 @@ class WatchRuntime:
             self.state.liveness[(v.invariant, v.isolation)] += 1
         self.state.restarts += self.unsaved_restarts
         for tid, p, new, old in self.unsaved_rewinds:
-            self.state.checker.suspect(tid, p, new, old)
+            self.state.checker.log_went_back(tid, p, new, old)
 
     def _save_failed(self, exc: state_store.StateSaveError) -> None:
         self.save_failures[exc.reason] += 1
@@ -212,7 +212,7 @@ class WatchRuntime:
         with self.lock:
             self._note_topic()
             for tid, p, new, old in rewinds:
-                self.state.checker.suspect(tid, p, new, old)
+                self.state.checker.log_went_back(tid, p, new, old)
                 self.unsaved_rewinds.append((tid, p, new, old))  # the prober hands each once
         self.wake_refetches()
 

@@ -211,7 +211,7 @@ class Sim:
         for p in range(self.partitions):
             end = len(self.logs[p])
             if end < self.seen_end[p]:
-                self.checker.suspect(self.tid, p, end, self.seen_end[p])
+                self.checker.log_went_back(self.tid, p, end, self.seen_end[p])
             self.seen_end[p] = end
             if self.log_start[p]:
                 self.checker.set_log_start(self.tid, p, self.log_start[p])

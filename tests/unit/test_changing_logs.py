@@ -14,9 +14,9 @@ from collections import Counter
 from hypothesis import given, settings, strategies as st
 
 from invariants.catalog import Invariant
-from invariants.model import Durability
+from invariants.model import Durability, Read
 from monitor.audit.oracle import HISTORY_INVARIANTS, audit
-from tests.unit.changing_logs import DURABLE, RC, READERS, RU, TOPIC, UNCLEAN, Sim, SimWriter
+from tests.unit.changing_logs import DURABLE, RC, READERS, RU, TOPIC, UNCLEAN, Sim, SimWriter, Slot
 
 H = 4
 
@@ -34,8 +34,9 @@ def live_classes(sim: Sim) -> set:
 
 
 def final_audit(sim: Sim, ledger_from: int = 0):
-    return audit(sim.ledger[ledger_from:], {iso: sim.final_reads(iso) for iso in READERS}, H,
-                 {(sim.tid, p): s for p, s in sim.log_start.items()}, watched=[TOPIC], topic_ids_now={TOPIC: sim.tid})
+    log_start = {(sim.tid, p): s for p, s in sim.log_start.items()}
+    return audit(sim.ledger[ledger_from:], {iso: sim.final_reads(iso) for iso in READERS}, H, log_start,
+                 watched=[TOPIC], topic_ids_now={TOPIC: sim.tid}, read_log_start={iso: log_start for iso in READERS})
 
 
 @given(seed=st.integers(0, 2**32 - 1), resume_lower=st.booleans(), unclean=st.booleans(), cut=st.integers(0, 7),
@@ -319,3 +320,70 @@ def test_a_topic_recreated_under_the_writers(seed, from_earliest, notice, moved,
     live_expired = sim.checker.expired_by_reason  # live may have judged some before A vanished,
     assert live_expired.get("log_start", 0) + live_expired.get("below_first_read", 0) >= below  # when retention hid them
     assert sim.checker.acked.undecided() == oracle.undecided == 0
+
+
+def test_a_wiped_log_that_begins_with_records_read_committed_never_returns_is_judged_from_its_log_start():
+    """Measured on the local cluster (fresh-clone preview, a node back without an RF-1 partition):
+    the new log began with an aborted transaction's records, so read_committed's first record was
+    at offset 3. The audit called the old log's acknowledged writes at offsets 1 and 2 expired
+    (below its reader's first record, as if retention had taken them) and live, which had read
+    them there and seen them vanish, lost: 1,005 against 1,003. The offsets below the first record
+    were in the log all along (the log start after the read says so), holding other records: the
+    writes there are missing, in read_committed as in read_uncommitted. Where the log start after
+    the read is higher (retention), they are expired, as before."""
+    sim = Sim(1, random.Random(7))
+    w = SimWriter(sim, DURABLE)
+    w.write(0, 6)  # offsets 0-5, acknowledged, then the partition is wiped
+    sim.deliver(len(sim.ledger))
+    sim.catch_up()
+    sim.logs[0] = [Slot(("x", "aborted", i)) for i in range(3)]  # (a reader of the final log: ru only)
+    SimWriter(sim, DURABLE).write(0, 3 + H + 3)
+    reads = {iso: sim.final_reads(iso) for iso in READERS}
+    reads[RC] = {part: [r for r in recs if r[1][0] != "x"] for part, recs in reads[RC].items()}
+    part = (sim.tid, 0)
+
+    def lost(read_log_start):
+        res = audit(sim.ledger, reads, H, {part: 0}, watched=[TOPIC], topic_ids_now={TOPIC: sim.tid},
+                    read_log_start=read_log_start)
+        return {iso: res.count(Invariant.LOST_WRITE, iso) for iso in READERS}, res.expired["below_first_read"]
+
+    assert lost({RC: {part: 0}, RU: {part: 0}}) == ({RC: 6, RU: 6}, 0)
+    assert lost({RC: {part: 3}, RU: {part: 0}}) == ({RC: 3, RU: 6}, 3)  # retention took 0-2 before rc read
+    assert lost(None) == ({RC: 3, RU: 6}, 3)  # (not known: the first record read, as before)
+
+
+def test_live_reads_a_log_that_went_back_again_from_the_lowest_offset_it_remembers_and_agrees_with_the_audit():
+    """The live side of the same history (measured on the local cluster, the fix above alone: the new
+    log began with a transaction marker at offset 0, the audit called the old log's write at 0 lost
+    and live, whose re-read began at the new end the prober saw, never read offset 0 again — 1,369
+    against 1,368). A log end that went back says the log was cut at or below the new end, not where:
+    read_committed reads everything it remembers again, from its lowest offset, and finds the offsets
+    below the first record it returns empty."""
+    sim = Sim(1, random.Random(7))
+    w = SimWriter(sim, DURABLE)
+    w.write(0, 6)
+    sim.deliver(len(sim.ledger))
+    sim.catch_up()
+    sim.probe()
+    sim.logs[0] = [Slot(("x", "aborted", i)) for i in range(3)]  # read_committed never returns them
+    sim.probe()  # the end went back from 6 to 3
+    SimWriter(sim, DURABLE).write(0, 3 + H + 3)
+    sim.deliver(len(sim.ledger))
+    wanted = sim.checker.refetch_wanted()
+    assert [(r.lo, r.hi) for r in wanted] == [(0, 6)]
+    for _ in range(5):
+        for r in sim.checker.refetch_wanted():
+            for iso in READERS:
+                reads = [Read(o, s.ident) for o, s in enumerate(sim.logs[0][:r.hi]) if o >= r.lo
+                         and (iso is RU or s.ident[0] != "x")]
+                assert sim.checker.apply_refetched(iso, sim.tid, 0, reads, (r.lo, r.hi))
+        sim.catch_up()
+        sim.settle()
+    assert not sim.checker.refetch_wanted()
+    live = {iso: sim.checker.count(Invariant.LOST_WRITE, iso) for iso in READERS}
+    reads = {iso: sim.final_reads(iso) for iso in READERS}
+    reads[RC] = {part: [r for r in recs if r[1][0] != "x"] for part, recs in reads[RC].items()}
+    part = (sim.tid, 0)
+    res = audit(sim.ledger, reads, H, {part: 0}, watched=[TOPIC], topic_ids_now={TOPIC: sim.tid},
+                read_log_start={RC: {part: 0}, RU: {part: 0}})
+    assert live == {iso: res.count(Invariant.LOST_WRITE, iso) for iso in READERS} == {RC: 6, RU: 6}
