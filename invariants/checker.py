@@ -60,7 +60,7 @@ from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
-from invariants.group_confirm import SkipsToConfirm
+from invariants.reference_confirm import FindingsToConfirm
 from invariants.groups import GroupFinding, GroupJudge
 from invariants.write_cycles import WriteCyclesFamily
 
@@ -97,7 +97,9 @@ class Checker(TopicLifecycle):
         self.groups = GroupJudge()
         self.group_source = ""  # the canary topic name the group canary reads ("": no group watched)
         self.group_topic_id = ""  # ... and the ID its verdicts are about
-        self.group_skips = SkipsToConfirm()  # found, counted once read_committed read the offset again
+        # group_skip / eos_loss found, counted once read_committed read the offset again (invariants.reference_confirm)
+        self.group_skips: FindingsToConfirm[GroupFinding] = FindingsToConfirm(GroupFinding)
+        self.eos_losses: FindingsToConfirm[EosFinding] = FindingsToConfirm(EosFinding)
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
@@ -166,7 +168,8 @@ class Checker(TopicLifecycle):
             view_key = ViewKey(iso, topic_id, partition)
             for pending in (self.acked.candidates, self.sequence.candidates):
                 pending.below_log_start(view_key, offset)
-            self.group_skips.below_log_start(view_key, offset)
+            for confirming in self._confirming():
+                confirming.below_log_start(view_key, offset)
             if view_key in self.suspects:  # nothing below the log start can be read again either
                 self.suspects[view_key] = subtract(self.suspects[view_key], 0, offset)
 
@@ -223,7 +226,8 @@ class Checker(TopicLifecycle):
         for lo, hi in fresh:
             self.acked.candidates.read_again(key, lo, hi, v.epoch)
             self.sequence.candidates.read_again(key, lo, hi, v.epoch)
-            self.group_skips.read_again(key, lo, hi, v.epoch)
+            for confirming in self._confirming():
+                confirming.read_again(key, lo, hi, v.epoch)
             if key in self.suspects:
                 self.suspects[key] = subtract(self.suspects[key], lo, hi)
 
@@ -239,7 +243,11 @@ class Checker(TopicLifecycle):
     def _eos_judge(self) -> None:
         tid = self.eos_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
+        self._eos_violations(self.eos_losses.confirmed(lambda k: self.view(*k)), confirmed=True)
         self._eos_violations(self.eos.judge(starts))
+
+    def _confirming(self) -> tuple[FindingsToConfirm, ...]:
+        return self.group_skips, self.eos_losses
 
     def _eos_current(self) -> bool:
         """Whether a pipeline is watched; its state is the canary topic's current ID's."""
@@ -250,8 +258,14 @@ class Checker(TopicLifecycle):
             self._eos_pipeline(tid)
         return True
 
-    def _eos_violations(self, found: list[EosFinding]) -> None:
+    def _eos_violations(self, found: list[EosFinding], confirmed: bool = False) -> None:
+        """``confirmed``: the losses among them were read again (a loss rests on a read of the
+        reference reader: it waits for a re-read of its offset first)."""
         for f in found:
+            if f.invariant == "eos_loss" and not confirmed:
+                key = ViewKey(RC, self.eos_topic_id, f.partition)
+                self.eos_losses.add(key, self.view(*key).epoch, f)
+                continue
             inv = Invariant.EOS_LOSS if f.invariant == "eos_loss" else Invariant.EOS_DUPLICATE
             detail = ("below the group's committed offset, no copy in the committed output" if f.copies == 0
                       else f"{f.copies} copies in the committed output")
@@ -404,7 +418,7 @@ class Checker(TopicLifecycle):
         """Ranges to read again directly (both isolation levels) before verdicts resting on them count."""
         wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for tid, p, lo, hi in [*self.acked.candidates.wanted(), *self.sequence.candidates.wanted(),
-                               *self.group_skips.wanted()]:
+                               *(w for confirming in self._confirming() for w in confirming.wanted())]:
             wanted.setdefault((tid, p), []).append((lo, hi))
         for key, ranges in self.suspects.items():
             wanted.setdefault((key.topic_id, key.partition), []).extend((a, b) for a, b in ranges)
@@ -438,6 +452,7 @@ class Checker(TopicLifecycle):
                     key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
                 self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
                 self._group_violations(key.topic_id, self.group_skips.unconfirmed(key, v, cut))
+                self._eos_violations(self.eos_losses.unconfirmed(key, v, cut), confirmed=True)
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)
             self.sequence.forget(key, v)

@@ -10,9 +10,9 @@ from invariants.accounting import LedgerFold
 from invariants.acked_writes import AckedWritesFamily
 from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
-from invariants.eos import EosLive
-from invariants.group_confirm import SkipsToConfirm
-from invariants.groups import GroupJudge
+from invariants.eos import EosFinding, EosLive
+from invariants.reference_confirm import FindingsToConfirm
+from invariants.groups import GroupFinding, GroupJudge
 from invariants.ledger_format import TopicSettings, WriterSettings
 from invariants.model import Durability, Settings, ViewKey, Violation
 from invariants.offsets import OffsetsFamily
@@ -52,7 +52,8 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "txns": ck.txns.to_doc(t),
         "unconfirmed": ck.unconfirmed.to_doc(),
         "cycles": ck.cycles.to_doc(),
-        "eos": {"source": ck.eos_source, "topic_id": ck.eos_topic_id, "live": ck.eos.to_doc()},
+        "eos": {"source": ck.eos_source, "topic_id": ck.eos_topic_id, "live": ck.eos.to_doc(),
+                "losses_to_confirm": ck.eos_losses.to_doc()},
         "groups": {"source": ck.group_source, "topic_id": ck.group_topic_id, "judge": ck.groups.to_doc(),
                    "skips_to_confirm": ck.group_skips.to_doc()},
         "topics": ck.topics.to_doc(),
@@ -94,10 +95,11 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     eos = doc.get("eos") or {}  # absent before EOS pipelines were judged
     ck.eos_source, ck.eos_topic_id = eos.get("source", ""), eos.get("topic_id", "")
     ck.eos = EosLive.from_doc(eos["live"]) if "live" in eos else EosLive(settings.horizon_offsets)
+    ck.eos_losses = FindingsToConfirm.from_doc(EosFinding, eos.get("losses_to_confirm"))  # absent before: none
     groups = doc.get("groups") or {}  # absent before the group canary was judged
     ck.group_source, ck.group_topic_id = groups.get("source", ""), groups.get("topic_id", "")
     ck.groups = GroupJudge.from_doc(groups["judge"]) if "judge" in groups else GroupJudge()
-    ck.group_skips = SkipsToConfirm.from_doc(groups.get("skips_to_confirm"))  # absent before skips were confirmed
+    ck.group_skips = FindingsToConfirm.from_doc(GroupFinding, groups.get("skips_to_confirm"))  # absent before: none
     ck.topics = TopicAttribution.from_doc(doc["topics"])
     ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
     ck.current_ids = dict(doc["current_ids"])

@@ -14,7 +14,8 @@ offsets are taken first, then the output's *high watermarks*, and the output is 
 and the output's records were written, acks=all, before the commit, so an offset that was
 committed has its output below those watermarks; the output's last stable offset is not enough:
 the commit markers reach the group's offsets and each output partition one by one); the source is
-judged only below what its reader read.
+judged only below what its reader read. Live, a loss counts only once that reader read its source
+offset again and found a record there (:mod:`invariants.reference_confirm`).
 
 **``eos_duplicate``.** A source position with more than one copy in the committed output (after
 an abort or a restart the worker consumes again from the committed offsets, so it writes a record

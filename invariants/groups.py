@@ -19,7 +19,7 @@ had consumed when X's ``ack`` was written. Each record is judged by the first ac
 (in log order) that passes it, so the verdict does not depend on how far the reference reader
 was when the commit was seen. Not judged below the canary's log start (retention took it, and
 ``auto.offset.reset`` then moves a group on by design). Live, a skip counts only once the reference
-reader read its offset again and found a record there (:mod:`invariants.group_confirm`).
+reader read its offset again and found a record there (:mod:`invariants.reference_confirm`).
 
 **``group_rewind``** (a delivery below what the group acknowledged). When a member starts
 consuming a partition it was assigned, the committed offset it fetched is one of: the commits

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 INVARIANTS_DOC = ROOT / "docs" / "invariants.md"
 FAMILIES = ("acked_writes", "sequence", "offsets", "transactions", "write_cycles", "liveness", "accounting", "unconfirmed", "promises",
-            "confirm", "eos", "groups", "group_confirm")
+            "confirm", "eos", "groups", "reference_confirm")
 
 
 def invariants_markdown() -> str:

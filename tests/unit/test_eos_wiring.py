@@ -14,7 +14,7 @@ import pytest
 from invariants.catalog import Invariant
 from invariants.checker import Checker
 from invariants.eos import EosFinding, EosLive
-from invariants.model import RC, Read
+from invariants.model import RC, Read, Settings
 from monitor.config import ConfigError, parse
 from monitor.eos import output_format
 from monitor.eos import worker as worker_module
@@ -61,6 +61,32 @@ def test_switching_eos_under_an_existing_checkpoint_is_refused_with_the_way_out(
         _same_sources_as_the_checkpoint(config(tmp_path, enabled=False))
 
 
+def read_again(ck: Checker, held: bool = True) -> list:
+    """What read_committed finds when it reads again every range the checker wants (``held``: the
+    records it read there the first time; else none, as where a new log holds markers)."""
+    found = []
+    for w in ck.refetch_wanted():
+        reads = [Read(o, ("x", o, 1)) for o in range(w.lo, w.hi)] if held else []
+        assert ck.apply_refetched(RC, w.topic_id, w.partition, reads, (w.lo, w.hi))
+        found += ck.settle()
+    return found
+
+
+def test_a_loss_on_a_record_the_reread_no_longer_finds_is_dropped():
+    """As for group_skip (tests/unit/test_group_wiring.py): a source record the reader handed over
+    that the log no longer holds (an old log's prefetched tail) is no loss once read again."""
+    ck = Checker()
+    ck.note_topic("canary", "tid")
+    ck.eos_source = "canary"
+    ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in (0, 1, 2)])
+    ck.eos_committed({0: 3}, {0: 0})
+    assert [v for v in ck.settle() if v.invariant is Invariant.EOS_LOSS] == []
+    assert [(w.lo, w.hi) for w in ck.refetch_wanted()] == [(0, 3)]
+    ck = Checker.from_doc(json.loads(json.dumps(ck.to_doc())), Settings())  # a restart: they still wait
+    ck.eos_source = "canary"
+    assert read_again(ck, held=False) == [] and ck.refetch_wanted() == []
+
+
 def test_a_batchs_output_rows_reach_the_checker_with_the_batchs_position_and_a_sample():
     ck = Checker()
     ck.note_topic("canary", "tid")
@@ -72,6 +98,10 @@ def test_a_batchs_output_rows_reach_the_checker_with_the_batchs_position_and_a_s
     ck.apply_reads(RC, "tid", 0, [Read(o, ("x", o, 1)) for o in (0, 1, 2)])
     found, stats = apply_batch(ck, decode_table(rows), lambda _n: "tid",
                                eos=EosInput({0: 5}, ({0: 3}, {0: 5}, [])))
+    # the loss at 1 rests on what the reader handed over: counted once read_committed read 1 again
+    assert [(v.invariant.value, v.offsets) for v in found] == [(Invariant.EOS_DUPLICATE.value, (0,))]
+    assert [(w.lo, w.hi) for w in ck.refetch_wanted()] == [(1, 2)]
+    found += read_again(ck)
     assert sorted((v.invariant.value, v.partition, v.offsets) for v in found) == [
         (Invariant.EOS_DUPLICATE.value, 0, (0,)), (Invariant.EOS_LOSS.value, 0, (1,))]
     assert stats.malformed["eos_output"] == 1

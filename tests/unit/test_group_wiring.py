@@ -20,7 +20,7 @@ from monitor.watch.executor import decode_table
 from monitor.watch.main import _same_sources_as_the_checkpoint
 from monitor.watch.offset_log import batch_ends
 from monitor.watch.state import StateError
-from tests.unit.test_eos_wiring import offset_log
+from tests.unit.test_eos_wiring import offset_log, read_again
 
 
 def rows(obs: list[bytes], first: int = 0) -> pa.Table:
@@ -36,17 +36,6 @@ def history() -> list[bytes]:
     return [e("a", "assigned", p=[0]), e("a", "consumed", r={"0": [[0, 4]]}), b"junk",
             e("a", "intent", o={"0": 6}), e("a", "ack", r="ok"),  # passes 4 and 5: nobody consumed them
             e("a", "lost", p=[0]), e("b", "assigned", p=[0]), e("b", "consumed", r={"0": [[5, 3]]})]  # 5 < 6: rewind
-
-
-def read_again(ck: Checker, held: bool = True) -> list:
-    """What read_committed finds when it reads again every range the checker wants (``held``: the
-    records it read there the first time; else none, as where a new log holds markers)."""
-    found = []
-    for w in ck.refetch_wanted():
-        reads = [Read(o, ("x", o, 1)) for o in range(w.lo, w.hi)] if held else []
-        assert ck.apply_refetched(RC, w.topic_id, w.partition, reads, (w.lo, w.hi))
-        found += ck.settle()
-    return found
 
 
 def test_observation_rows_reach_the_checker_and_a_skip_waits_for_the_reader_and_a_reread_then_survives_a_restart():

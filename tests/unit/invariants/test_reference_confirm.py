@@ -1,5 +1,5 @@
 """group_skip through the live checker: counted only once read_committed read the offset again
-(invariants.group_confirm), in any split of the reads, settles, re-reads and restarts — and never
+(invariants.reference_confirm), in any split of the reads, settles, re-reads and restarts — and never
 on a record the reference reader handed over that the log no longer holds."""
 
 from __future__ import annotations

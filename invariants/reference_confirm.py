@@ -1,0 +1,79 @@
+"""``group_skip`` and ``eos_loss`` counted live only once the record they name was read again.
+
+Both rest on the reference reader's read of one offset of the canary topic: a skip on a record
+``read_committed`` read that no member consumed before a commit passed it
+(:meth:`invariants.groups.GroupJudge.read_reference`), a loss on a record it read that has no copy
+in the pipeline's committed output below the group's committed offset
+(:meth:`invariants.eos.EosLive.read_source`). A reader may hand over what it fetched before the
+log changed under it (:mod:`invariants.confirm`). Found on the local cluster, a node back without
+its data: after a member had reset to the new log, Spark's consumer still served the old log's
+prefetched tail, at offsets where the new log holds transaction markers; a commit on the new log
+passed them, and live counted 12 skips that the audit, which reads the final log, did not. An EOS
+pipeline's group passes the same offsets the same way.
+
+So live, such a finding is a candidate until ``read_committed`` read its offset again (a later
+read than the one that made it). It is counted when a record is still there — whichever record:
+the audit judges the final log's record at that offset against the same consumption, which is by
+offset — and dropped when none is. A view about to forget the offset, the log start passing it, or
+the topic ending judge it on what the view holds then, as it would have without asking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Callable, Generic, Protocol, TypeVar
+
+from invariants.confirm import Pending
+from invariants.model import ViewKey
+from invariants.read_index import PartitionView
+
+
+class _AtOffset(Protocol):
+    partition: int
+    offset: int
+
+
+F = TypeVar("F", bound=_AtOffset)
+
+
+class FindingsToConfirm(Generic[F]):
+    """Findings of one kind (a dataclass with ``partition`` and ``offset``), each waiting for a
+    re-read of its offset."""
+
+    def __init__(self, kind: Callable[..., F], pending: Pending | None = None) -> None:
+        self.kind = kind
+        self.pending = pending or Pending()
+
+    def add(self, key: ViewKey, epoch: int, finding: F) -> None:
+        """A finding made on what ``key``'s view held at ``epoch``: waits for a later read of its offset."""
+        self.pending.add(key, [(finding.offset, finding.offset + 1)], epoch, finding)
+
+    def read_again(self, key: ViewKey, lo: int, hi: int, epoch: int) -> None:
+        self.pending.read_again(key, lo, hi, epoch)
+
+    def below_log_start(self, key: ViewKey, log_start: int) -> None:
+        self.pending.below_log_start(key, log_start)
+
+    def confirmed(self, view: Callable[[ViewKey], PartitionView]) -> list[F]:
+        """The findings whose offset was read again, that still hold a record there."""
+        return [c.data for c in self.pending.take_ready() if view(c.key).held(c.data.offset) is not None]
+
+    def unconfirmed(self, key: ViewKey, v: PartitionView, cut: int) -> list[F]:
+        """Findings on offsets below ``cut``, which the view is about to forget: judged on what it holds."""
+        return [c.data for c in self.pending.forget_below(key, cut) if v.held(c.data.offset) is not None]
+
+    def end_topic(self, topic_id: str, view: Callable[[ViewKey], PartitionView | None]) -> list[F]:
+        """A topic ID that is gone (it cannot be read again): its findings judged on what the views hold."""
+        ending = [c for c in self.pending.items if c.key.topic_id == topic_id]
+        self.pending.items = [c for c in self.pending.items if c.key.topic_id != topic_id]
+        return [c.data for c in ending if (v := view(c.key)) is not None and v.held(c.data.offset) is not None]
+
+    def wanted(self) -> list[tuple[str, int, int, int]]:
+        return self.pending.wanted()
+
+    def to_doc(self) -> list:
+        return self.pending.to_doc(asdict)
+
+    @classmethod
+    def from_doc(cls, kind: Callable[..., F], doc: list | None) -> "FindingsToConfirm[F]":
+        return cls(kind, Pending.from_doc(doc or [], lambda d: kind(**d)))
