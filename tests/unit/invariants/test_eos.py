@@ -253,13 +253,26 @@ class CheckerPipeline:
 
     def __init__(self, horizon: int = 100_000, checker: Checker | None = None) -> None:
         self.checker = checker or Checker(Settings(horizon_offsets=max(horizon, 20_000)))
+        self.source: dict[int, set[int]] = {}  # what the source holds, as read
         if checker is None:
             self.checker.note_topic(self.NAME, self.TID)
             self.checker.eos_source = self.NAME
 
     def read_source(self, partition, offsets):
         reads = [Read(o, ("x", o, 1)) for o in offsets]
+        self.source.setdefault(partition, set()).update(offsets)
         self.checker.apply_reads(RC, self.TID, partition, reads)
+
+    def settle(self) -> list:
+        """A batch's settle, then the watch's re-fetches (a loss waits for a re-read of its source
+        offset: the source still holds what was read) and their settles."""
+        found = self.checker.settle()
+        for w in self.checker.refetch_wanted():
+            held = self.source.get(w.partition, set())
+            self.checker.apply_refetched(RC, w.topic_id, w.partition,
+                                         [Read(o, ("x", o, 1)) for o in range(w.lo, w.hi) if o in held], (w.lo, w.hi))
+            found += self.checker.settle()
+        return found
 
     def read_output(self, partition, records, reader_at=None):
         self.checker.apply_eos_output(partition, list(records), reader_at)
@@ -269,15 +282,17 @@ class CheckerPipeline:
         self.checker.eos_committed(offsets, ends)
 
     def judge(self):
-        return [EosFinding(v.invariant.value, v.partition, v.offsets[0], 0) for v in self.checker.settle()
+        return [EosFinding(v.invariant.value, v.partition, v.offsets[0], 0) for v in self.settle()
                 if v.invariant in (Invariant.EOS_LOSS, Invariant.EOS_DUPLICATE)]
 
     def to_doc(self):
-        return self.checker.to_doc()
+        return {**self.checker.to_doc(), "test_source": {p: sorted(o) for p, o in self.source.items()}}
 
     @classmethod
     def from_doc(cls, doc):
-        return cls(checker=Checker.from_doc(doc, Settings()))
+        pipe = cls(checker=Checker.from_doc(doc, Settings()))
+        pipe.source = {int(p): set(offsets) for p, offsets in doc.get("test_source", {}).items()}
+        return pipe
 
 
 @settings(max_examples=60, deadline=None)
@@ -298,7 +313,7 @@ def test_the_checker_counts_them_and_a_recreated_topic_starts_a_new_pipeline():
     pipe.read_source(0, [0, 1])
     ck.apply_eos_output(0, [(0, (0, 0)), (1, (0, 0))], 2)
     ck.eos_committed({0: 2}, {0: 2})
-    assert sorted(v.invariant.value for v in ck.settle()) == ["eos_duplicate", "eos_loss"]
+    assert sorted(v.invariant.value for v in pipe.settle()) == ["eos_duplicate", "eos_loss"]
     assert ck.count(Invariant.EOS_LOSS, RC) == 1 and ck.count(Invariant.EOS_DUPLICATE, RC) == 1
     ck.note_topic(pipe.NAME, "tid-2")
     ck.apply_eos_output(0, [(0, (0, 5))], 1)
