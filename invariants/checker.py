@@ -47,7 +47,7 @@ from invariants.acked_writes import AckedWritesFamily
 from invariants import checker_doc
 from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
-from invariants.confirm import merge, subtract
+from invariants.confirm import Pending, merge, subtract
 from invariants.ledger_format import LedgerEntry, TopicSettings, WriterSettings
 from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
@@ -98,8 +98,8 @@ class Checker(TopicLifecycle):
         self.group_source = ""  # the canary topic name the group canary reads ("": no group watched)
         self.group_topic_id = ""  # ... and the ID its verdicts are about
         # group_skip / eos_loss found, counted once read_committed read the offset again (invariants.reference_confirm)
-        self.group_skips: FindingsToConfirm[GroupFinding] = FindingsToConfirm(GroupFinding)
-        self.eos_losses: FindingsToConfirm[EosFinding] = FindingsToConfirm(EosFinding)
+        self.group_skips: FindingsToConfirm[GroupFinding] = FindingsToConfirm(GroupFinding, "group_skip")
+        self.eos_losses: FindingsToConfirm[EosFinding] = FindingsToConfirm(EosFinding, "eos_loss")
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
@@ -166,10 +166,8 @@ class Checker(TopicLifecycle):
         self.log_start[key] = max(offset, self.log_start.get(key, 0))
         for iso in (RC, RU):
             view_key = ViewKey(iso, topic_id, partition)
-            for pending in (self.acked.candidates, self.sequence.candidates):
+            for pending in self._pending():
                 pending.below_log_start(view_key, offset)
-            for confirming in self._confirming():
-                confirming.below_log_start(view_key, offset)
             if view_key in self.suspects:  # nothing below the log start can be read again either
                 self.suspects[view_key] = subtract(self.suspects[view_key], 0, offset)
 
@@ -190,7 +188,7 @@ class Checker(TopicLifecycle):
         starts again at 0; the new records below ``new_end`` may begin with a marker or an aborted
         transaction, which read_committed never returns): everything the readers remember below
         ``old_end`` is read again, from the lowest offset each remembers."""
-        self.suspect(topic_id, partition, 0, max(old_end, new_end))
+        self.suspect(topic_id, partition, 0, old_end)
 
     def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read],
                     covered: tuple[int, int] | None = None) -> None:
@@ -224,10 +222,8 @@ class Checker(TopicLifecycle):
             self._group(topic_id).read_reference(partition, [r.offset for r in reads])
         v.epoch += 1
         for lo, hi in fresh:
-            self.acked.candidates.read_again(key, lo, hi, v.epoch)
-            self.sequence.candidates.read_again(key, lo, hi, v.epoch)
-            for confirming in self._confirming():
-                confirming.read_again(key, lo, hi, v.epoch)
+            for pending in self._pending():
+                pending.read_again(key, lo, hi, v.epoch)
             if key in self.suspects:
                 self.suspects[key] = subtract(self.suspects[key], lo, hi)
 
@@ -243,11 +239,15 @@ class Checker(TopicLifecycle):
     def _eos_judge(self) -> None:
         tid = self.eos_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
-        self._eos_violations(self.eos_losses.confirmed(lambda k: self.view(*k)), confirmed=True)
-        self._eos_violations(self.eos.judge(starts))
+        self._eos_violations(self.eos_losses.confirmed(self._view_of))
+        self._eos_violations(self.eos_losses.hold(self.eos.judge(starts), tid, self._view_of))
 
-    def _confirming(self) -> tuple[FindingsToConfirm, ...]:
-        return self.group_skips, self.eos_losses
+    def _pending(self) -> tuple[Pending, ...]:
+        """Every family's verdicts waiting for a re-read (:mod:`invariants.confirm`)."""
+        return (self.acked.candidates, self.sequence.candidates, self.group_skips.pending, self.eos_losses.pending)
+
+    def _view_of(self, key: ViewKey) -> PartitionView:
+        return self.view(*key)
 
     def _eos_current(self) -> bool:
         """Whether a pipeline is watched; its state is the canary topic's current ID's."""
@@ -258,14 +258,8 @@ class Checker(TopicLifecycle):
             self._eos_pipeline(tid)
         return True
 
-    def _eos_violations(self, found: list[EosFinding], confirmed: bool = False) -> None:
-        """``confirmed``: the losses among them were read again (a loss rests on a read of the
-        reference reader: it waits for a re-read of its offset first)."""
+    def _eos_violations(self, found: list[EosFinding]) -> None:
         for f in found:
-            if f.invariant == "eos_loss" and not confirmed:
-                key = ViewKey(RC, self.eos_topic_id, f.partition)
-                self.eos_losses.add(key, self.view(*key).epoch, f)
-                continue
             inv = Invariant.EOS_LOSS if f.invariant == "eos_loss" else Invariant.EOS_DUPLICATE
             detail = ("below the group's committed offset, no copy in the committed output" if f.copies == 0
                       else f"{f.copies} copies in the committed output")
@@ -335,13 +329,8 @@ class Checker(TopicLifecycle):
             return
         tid = self.group_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
-        self._group_violations(tid, self.group_skips.confirmed(lambda k: self.view(*k)))
-        for f in self.groups.judge(starts):
-            if f.invariant == "group_skip":  # it rests on a read of the reference reader: read again first
-                key = ViewKey(RC, tid, f.partition)
-                self.group_skips.add(key, self.view(*key).epoch, f)
-            else:
-                self._group_violations(tid, [f])
+        self._group_violations(tid, self.group_skips.confirmed(self._view_of))
+        self._group_violations(tid, self.group_skips.hold(self.groups.judge(starts), tid, self._view_of))
 
     def _group_violations(self, tid: str, found: list[GroupFinding]) -> None:
         for f in found:
@@ -417,8 +406,7 @@ class Checker(TopicLifecycle):
     def refetch_wanted(self) -> list[Refetch]:
         """Ranges to read again directly (both isolation levels) before verdicts resting on them count."""
         wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for tid, p, lo, hi in [*self.acked.candidates.wanted(), *self.sequence.candidates.wanted(),
-                               *(w for confirming in self._confirming() for w in confirming.wanted())]:
+        for tid, p, lo, hi in [w for pending in self._pending() for w in pending.wanted()]:
             wanted.setdefault((tid, p), []).append((lo, hi))
         for key, ranges in self.suspects.items():
             wanted.setdefault((key.topic_id, key.partition), []).extend((a, b) for a, b in ranges)
@@ -452,7 +440,7 @@ class Checker(TopicLifecycle):
                     key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
                 self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
                 self._group_violations(key.topic_id, self.group_skips.unconfirmed(key, v, cut))
-                self._eos_violations(self.eos_losses.unconfirmed(key, v, cut), confirmed=True)
+                self._eos_violations(self.eos_losses.unconfirmed(key, v, cut))
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)
             self.sequence.forget(key, v)

@@ -95,11 +95,11 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     eos = doc.get("eos") or {}  # absent before EOS pipelines were judged
     ck.eos_source, ck.eos_topic_id = eos.get("source", ""), eos.get("topic_id", "")
     ck.eos = EosLive.from_doc(eos["live"]) if "live" in eos else EosLive(settings.horizon_offsets)
-    ck.eos_losses = FindingsToConfirm.from_doc(EosFinding, eos.get("losses_to_confirm"))  # absent before: none
+    ck.eos_losses = FindingsToConfirm.from_doc(EosFinding, "eos_loss", eos.get("losses_to_confirm"))  # absent before: none
     groups = doc.get("groups") or {}  # absent before the group canary was judged
     ck.group_source, ck.group_topic_id = groups.get("source", ""), groups.get("topic_id", "")
     ck.groups = GroupJudge.from_doc(groups["judge"]) if "judge" in groups else GroupJudge()
-    ck.group_skips = FindingsToConfirm.from_doc(GroupFinding, groups.get("skips_to_confirm"))  # absent before: none
+    ck.group_skips = FindingsToConfirm.from_doc(GroupFinding, "group_skip", groups.get("skips_to_confirm"))  # absent before: none
     ck.topics = TopicAttribution.from_doc(doc["topics"])
     ck.recorded_log_start = {(tid, p): off for tid, p, off in doc["recorded_log_start"]}
     ck.current_ids = dict(doc["current_ids"])

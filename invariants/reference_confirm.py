@@ -24,11 +24,12 @@ from dataclasses import asdict
 from typing import Callable, Generic, Protocol, TypeVar
 
 from invariants.confirm import Pending
-from invariants.model import ViewKey
+from invariants.model import RC, ViewKey
 from invariants.read_index import PartitionView
 
 
 class _AtOffset(Protocol):
+    invariant: str
     partition: int
     offset: int
 
@@ -37,22 +38,25 @@ F = TypeVar("F", bound=_AtOffset)
 
 
 class FindingsToConfirm(Generic[F]):
-    """Findings of one kind (a dataclass with ``partition`` and ``offset``), each waiting for a
-    re-read of its offset."""
+    """Findings of one invariant (dataclasses with ``invariant``, ``partition`` and ``offset``), each
+    waiting for a re-read of its offset by ``read_committed``. The checker feeds ``pending`` the
+    re-reads and log starts, and asks it what to read again, as it does its other families'."""
 
-    def __init__(self, kind: Callable[..., F], pending: Pending | None = None) -> None:
-        self.kind = kind
+    def __init__(self, kind: Callable[..., F], invariant: str, pending: Pending | None = None) -> None:
+        self.kind, self.invariant = kind, invariant
         self.pending = pending or Pending()
 
-    def add(self, key: ViewKey, epoch: int, finding: F) -> None:
-        """A finding made on what ``key``'s view held at ``epoch``: waits for a later read of its offset."""
-        self.pending.add(key, [(finding.offset, finding.offset + 1)], epoch, finding)
-
-    def read_again(self, key: ViewKey, lo: int, hi: int, epoch: int) -> None:
-        self.pending.read_again(key, lo, hi, epoch)
-
-    def below_log_start(self, key: ViewKey, log_start: int) -> None:
-        self.pending.below_log_start(key, log_start)
+    def hold(self, found: list[F], topic_id: str, view: Callable[[ViewKey], PartitionView]) -> list[F]:
+        """Those of ``found`` of this invariant wait for a later read of their offset than the one
+        the view holds now; the others are returned."""
+        rest = []
+        for f in found:
+            if f.invariant != self.invariant:
+                rest.append(f)
+                continue
+            key = ViewKey(RC, topic_id, f.partition)
+            self.pending.add(key, [(f.offset, f.offset + 1)], view(key).epoch, f)
+        return rest
 
     def confirmed(self, view: Callable[[ViewKey], PartitionView]) -> list[F]:
         """The findings whose offset was read again, that still hold a record there."""
@@ -68,12 +72,9 @@ class FindingsToConfirm(Generic[F]):
         self.pending.items = [c for c in self.pending.items if c.key.topic_id != topic_id]
         return [c.data for c in ending if (v := view(c.key)) is not None and v.held(c.data.offset) is not None]
 
-    def wanted(self) -> list[tuple[str, int, int, int]]:
-        return self.pending.wanted()
-
     def to_doc(self) -> list:
         return self.pending.to_doc(asdict)
 
     @classmethod
-    def from_doc(cls, kind: Callable[..., F], doc: list | None) -> "FindingsToConfirm[F]":
-        return cls(kind, Pending.from_doc(doc or [], lambda d: kind(**d)))
+    def from_doc(cls, kind: Callable[..., F], invariant: str, doc: list | None) -> "FindingsToConfirm[F]":
+        return cls(kind, invariant, Pending.from_doc(doc or [], lambda d: kind(**d)))
