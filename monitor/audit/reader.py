@@ -219,5 +219,5 @@ def read_history(cfg: Config, timeout_s: float = 600.0, progress: Callable[[str]
             c.close()
         reads[iso] = per
         read_log_start[iso] = {(info.topic_id, p): off for p, off in low.items()}
-    log_start = {(info.topic_id, p): off for p, off in low.items()}
+    log_start = read_log_start[Isolation.READ_UNCOMMITTED]  # (the last read's)
     return History(entries, reads, log_start, info.topic_id, malformed, ledger_start, read_log_start)

@@ -269,9 +269,10 @@ class LocalCluster(LinkControl):
         then it holds the node's ports and its log directory's lock."""
         try:
             proc = psutil.Process(int((self.node_dir(node_id) / "pid").read_text().strip()))
-        except (OSError, ValueError, psutil.Error):
+            exiting = proc.status() == psutil.STATUS_ZOMBIE and not exited(proc)
+        except (OSError, ValueError, psutil.Error):  # (gone meanwhile, or never started)
             return
-        if not exited(proc) and proc.status() == psutil.STATUS_ZOMBIE:
+        if exiting:
             self.progress(f"node {node_id}: its last process (pid {proc.pid}) is still exiting; waiting for it")
             if not wait_gone(proc.pid, timeout):
                 raise ClusterError(f"node {node_id}: its last process (pid {proc.pid}) did not finish exiting "
@@ -281,17 +282,19 @@ class LocalCluster(LinkControl):
         """Why a node exited, as far as its logs say: their last errors (else their last lines)."""
         d = self.node_dir(node_id)
         tails = []
-        for name in ("server.log", "stdout.log"):
+        for path in (d / "server.log", d / "stdout.log"):
             try:
-                text = (d / name).read_text(errors="replace").splitlines()[-2000:]
+                text = path.read_text(errors="replace").splitlines()[-2000:]
             except OSError:
                 continue
             errors = [line for line in text if " ERROR " in line or " FATAL " in line]
             if errors:
-                return f"its last errors ({d / name}):\n" + "\n".join(line[:300] for line in errors[-lines:])
-            tails.append((name, text[-lines:]))
-        return "no error logged; " + "; ".join(f"{d / name} ends:\n" + "\n".join(t) for name, t in tails if t) \
-            if any(t for _n, t in tails) else f"nothing in {d / 'server.log'} or stdout.log"
+                return f"its last errors ({path}):\n" + "\n".join(line[:300] for line in errors[-lines:])
+            if text:
+                tails.append(f"{path} ends:\n" + "\n".join(text[-lines:]))
+        if not tails:
+            return f"nothing in {d / 'server.log'} or stdout.log"
+        return "no error logged; " + "; ".join(tails)
 
     def _signal(self, node_id: int, sig: signal.Signals) -> int:
         pid = self.node_pid(node_id)
@@ -379,14 +382,15 @@ class LocalCluster(LinkControl):
         (registered, unfenced: it caught up); False when it did not within ``timeout``."""
         node = self.layout.node(node_id)
         deadline = time.monotonic() + timeout
-        while not (accepts(self.config.host, node.client_port) and node_id in self._registered_ids()
-                   and self.node_pid(node_id) is not None):
-            if self.node_pid(node_id) is None:  # (a listener and a registration may outlive it a moment)
+        while True:
+            # its process first: an old listener and registration may outlive it a moment
+            if self.node_pid(node_id) is None:
                 raise ClusterError(f"node {node_id} exited during start-up; {self.exit_report(node_id)}")
+            if accepts(self.config.host, node.client_port) and node_id in self._registered_ids():
+                return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.5)
-        return True
 
     def _registered_brokers(self) -> int:
         return len(self._registered_ids())
