@@ -200,7 +200,7 @@ class AckedWritesFamily:
             return []
         del st.placed[ident]
         wkey = WriteKey(key.topic_id, key.partition, *ident)
-        seen = [r for r in v.reads_of.get(ident, ()) if r <= off + self.settle - 1]
+        seen = [r for r in v.offsets_of(ident) or () if r <= off + self.settle - 1]
         if seen:
             return [self._mismatch(key, wkey, off, seen[0], cause="vanished")]
         return [Violation(Invariant.LOST_WRITE, key.iso, key.topic_id, key.partition, (off,), (wkey.writer_id, wkey.inc),
@@ -217,20 +217,38 @@ class AckedWritesFamily:
         out: list[Violation] = []
         while st.pending and st.pending[0].first_offset < v.frontier:
             run = heapq.heappop(st.pending)
-            for i in range(run.count):
+            i = 0
+            while i < run.count:
                 off = run.first_offset + i
                 if off >= v.frontier:  # the rest of the run is still ahead of the reader
                     heapq.heappush(st.pending, ExpectedRun(off, run.count - i, run.writer_id, run.inc,
                                                            run.first_seq + i, run.done_ts_us, run.late_below, run.cls))
                     break
+                k = self._read_where_acked(v, run, i)
+                if k:  # k writes read once each, exactly where acked: placed together
+                    st.placed.add_run(off, k, run.writer_id, run.inc, run.first_seq + i, run.late_below, run.cls)
+                    i += k
+                    continue
                 wkey = WriteKey(key.topic_id, key.partition, run.writer_id, run.inc, run.first_seq + i)
                 out.extend(self._judge(key, st, v, wkey, Judged(off, run.late_below, run.cls), log_start))
+                i += 1
         while st.waiting_heap and st.waiting_heap[0][0] <= v.frontier:
             _, wkey = heapq.heappop(st.waiting_heap)
             j = st.waiting.pop(wkey, None)
             if j is not None:
                 out.extend(self._judge(key, st, v, wkey, j, log_start))
         return out
+
+    @staticmethod
+    def _read_where_acked(v: PartitionView, run: ExpectedRun, i: int) -> int:
+        """How many of the run's writes from its ``i``-th on the view holds in one segment, each read
+        once exactly where acked (:meth:`_judge` places each of them and judges nothing else)."""
+        off = run.first_offset + i
+        s = v.segment_covering(off)
+        if (s is None or s.writer_id != run.writer_id or s.inc != run.inc
+                or s.seq + off - s.offset != run.first_seq + i):
+            return 0
+        return min(s.end, v.frontier, run.first_offset + run.count) - off
 
     def judge_ready(self, view: Any, log_start: Any) -> list[Violation]:
         """Candidates whose offsets were read again: judged on the fresh view (counted or dropped)."""
@@ -253,7 +271,7 @@ class AckedWritesFamily:
     def _judge(self, key: ViewKey, st: AckedState, v: PartitionView, wkey: WriteKey, j: Judged,
                log_start: int, confirmed: bool = False) -> list[Violation]:
         off, ident = j.acked_at, wkey.ident
-        seen = v.reads_of.get(ident)
+        seen = v.offsets_of(ident)
         late = off < j.late_below
         if seen is not None and off in seen:
             st.placed[ident] = j  # the common case: read exactly where it was acked
@@ -292,7 +310,7 @@ class AckedWritesFamily:
                               (wkey.writer_id, wkey.inc), wkey.seq, detail=f"acked at {off}, reader at {v.frontier}",
                               **_cls(j.cls.acked, j.cls))]
         else:
-            return [self._mismatch(key, wkey, off, min(v.reads_of[ident]), cls=j.cls)]
+            return [self._mismatch(key, wkey, off, min(v.offsets_of(ident)), cls=j.cls)]
         return []
 
     @staticmethod

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from invariants.model import Read
+from invariants.model import Read, ReadRun, last_offset
 
 
 @dataclass
@@ -51,23 +51,34 @@ class Stream:
     last_offset: int
 
 
-def _lowest_and_highest_seqs(reads: Sequence[Read]) -> list[Read]:
+def _lowest_and_highest_seqs(reads: Sequence[Read | ReadRun]) -> list[Read]:
     """Per writer incarnation, the canary reads of its lowest and highest seq: a writer's seqs
     only grow, and so do the IDs they were intended for, so these two name the oldest and the
     newest ID any of its reads names."""
     span: dict[tuple[Any, Any], list[Read]] = {}
-    for r in reads:
-        w, inc, seq = r.ident
-        if w == "x":
-            continue
-        got = span.get((w, inc))
-        if got is None:
-            span[(w, inc)] = [r, r]
-        elif seq < got[0].ident[2]:
-            got[0] = r
-        elif seq > got[1].ident[2]:
-            got[1] = r
+    for item in reads:
+        if isinstance(item, ReadRun):  # its first and last records
+            last = Read(item.last_offset, (item.writer_id, item.inc, item.seq + item.count - 1))
+            pair: tuple[Read, ...] = (Read(item.offset, item.ident), last)
+        else:
+            pair = (item,)
+        for r in pair:
+            _widen(span, r)
     return [r for lo, hi in span.values() for r in ((lo,) if lo is hi else (lo, hi))]
+
+
+def _widen(span: dict[tuple[Any, Any], list[Read]], r: Read) -> None:
+    """``span[writer]``: its reads of the lowest and the highest seq so far, ``r`` included."""
+    w, inc, seq = r.ident
+    if w == "x":
+        return
+    got = span.get((w, inc))
+    if got is None:
+        span[(w, inc)] = [r, r]
+    elif seq < got[0].ident[2]:
+        got[0] = r
+    elif seq > got[1].ident[2]:
+        got[1] = r
 
 
 class TopicAttribution:
@@ -135,12 +146,12 @@ class TopicAttribution:
                 tid = now if now is not None else self.newest(name)
             if tid is None:
                 return None
-            s = self.streams[key] = Stream(tid, reads[-1].offset)
+            s = self.streams[key] = Stream(tid, last_offset(reads[-1]))
         elif content is not None and self._newer(name, content, s.topic_id):
             s.topic_id = content
         elif reads[0].offset <= s.last_offset:
             s.topic_id = self._after_going_back(name, s.topic_id, fresh_id)
-        s.last_offset = reads[-1].offset
+        s.last_offset = last_offset(reads[-1])
         return s.topic_id
 
     def _after_going_back(self, name: str, tid: str, fresh_id: Callable[[str], str | None]) -> str:

@@ -50,7 +50,8 @@ from invariants.catalog import Invariant, Isolation
 from invariants.confirm import Pending, merge, subtract
 from invariants.ledger_format import LedgerEntry, TopicSettings, WriterSettings
 from invariants.model import (
-    NONE, RC, RU, Durability, Ident, Read, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey, is_canary,
+    NONE, RC, RU, Durability, Ident, Read, ReadRun, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey,
+    is_canary, one_by_one, read_offsets,
 )
 from invariants.offsets import OffsetsFamily
 from invariants.promises import GUARANTEED, Promise, WriteClass, read_record
@@ -190,11 +191,12 @@ class Checker(TopicLifecycle):
         ``old_end`` is read again, from the lowest offset each remembers."""
         self.suspect(topic_id, partition, 0, old_end)
 
-    def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read],
+    def apply_reads(self, iso: Isolation, topic_id: str, partition: int, reads: Sequence[Read | ReadRun],
                     covered: tuple[int, int] | None = None) -> None:
-        """One reader's records of one partition, in offset order. ``covered``: the range they were
-        read from, when it was read whole (a re-fetch); offsets in it with no record held none.
-        Reads of a topic ID that is gone are not judged."""
+        """One reader's records of one partition, in offset order, single or in runs
+        (:class:`~invariants.model.ReadRun`). ``covered``: the range they were read from, when it
+        was read whole (a re-fetch); offsets in it with no record held none. Reads of a topic ID
+        that is gone are not judged."""
         if topic_id in self.topics.gone:
             return
         key = ViewKey(iso, topic_id, partition)
@@ -202,6 +204,8 @@ class Checker(TopicLifecycle):
         other = self.views.get(ViewKey(RU if iso is RC else RC, topic_id, partition))
         self._dirty.add(key)
         fresh_from = v.frontier
+        if covered is not None or any(isinstance(r, ReadRun) and r.offset < fresh_from for r in reads):
+            reads = one_by_one(reads)  # what is read again is compared record by record
         again = [r for r in reads if r.offset < fresh_from]
         fresh: list[tuple[int, int]] = []
         if again or covered is not None:
@@ -212,14 +216,16 @@ class Checker(TopicLifecycle):
                 fresh.append((lo, hi))
         if covered is None:  # a re-fetch only ever reads again what this reader read; Spark reads on
             for r in reads:
-                if r.offset >= v.frontier:
+                if isinstance(r, ReadRun):
+                    self._read_run(key, v, other, r)
+                elif r.offset >= v.frontier:
                     self._read_first(key, v, other, r)
         if v.frontier > fresh_from:
             fresh.append((fresh_from, v.frontier))
         if iso is RC and covered is None and self.eos_source and topic_id == self.current_ids.get(self.eos_source):
-            self._eos_pipeline(topic_id).read_source(partition, [r.offset for r in reads])
+            self._eos_pipeline(topic_id).read_source(partition, read_offsets(reads))
         if iso is RC and covered is None and self.group_source and topic_id == self.current_ids.get(self.group_source):
-            self._group(topic_id).read_reference(partition, [r.offset for r in reads])
+            self._group(topic_id).read_reference(partition, read_offsets(reads))
         v.epoch += 1
         for lo, hi in fresh:
             for pending in self._pending():
@@ -349,6 +355,43 @@ class Checker(TopicLifecycle):
         self.records_checked[key.iso] += 1
         self.sequence.on_read(key, v, off, ident, prev, new_offset)
         self._canary_read(key, v, r)
+
+    def _read_run(self, key: ViewKey, v: PartitionView, other: PartitionView | None, run: ReadRun) -> None:
+        """A run of first reads: kept whole when nothing about it needs a record-by-record look
+        (:meth:`_plain_run`), which is exactly when each of its records, read alone, would change
+        nothing but the view, the writer's highest seq and the records checked; else read one by one."""
+        if run.offset >= v.frontier and self._plain_run(key, v, other, run):
+            v.record_run(run.offset, run.count, run.writer_id, run.inc, run.seq)
+            self.sequence.on_plain_run(key, (run.writer_id, run.inc), run.seq + run.count - 1, run.last_offset)
+            self.records_checked[key.iso] += run.count
+            return
+        for r in run.reads():
+            if r.offset >= v.frontier:
+                self._read_first(key, v, other, r)
+
+    def _plain_run(self, key: ViewKey, v: PartitionView, other: PartitionView | None, run: ReadRun) -> bool:
+        """Whether none of the run's records, read one by one, would be a second read of a record
+        (its seqs all above the writer's highest read in this view, so no duplicate and no
+        reorder), meet another record at its offset (the other reader's view, the offsets already
+        inconsistent), or settle a write waiting inside its window, a bogus zero ack or an
+        unconfirmed write."""
+        writer = (run.writer_id, run.inc)
+        top = self.sequence.max_seq.get(key, {}).get(writer)
+        if top is not None and run.seq <= top[0]:
+            return False
+        offsets = range(run.offset, run.offset + run.count)
+        inconsistent = self.offsets.records.get((key.topic_id, key.partition))
+        if inconsistent and not inconsistent.keys().isdisjoint(offsets):
+            return False
+        if other is not None and not other.agrees_with_run(run.offset, run.count, run.writer_id, run.inc, run.seq):
+            return False
+        st = self.acked.views.get(key)
+        if st is not None and (st.waiting or st.zero_wait):
+            for i in range(run.count):
+                wkey = WriteKey(key.topic_id, key.partition, run.writer_id, run.inc, run.seq + i)
+                if wkey in st.waiting or wkey in st.zero_wait:
+                    return False
+        return not self.unconfirmed.waiting.get(key, {}).get(writer)
 
     def _canary_read(self, key: ViewKey, v: PartitionView, r: Read) -> None:
         wkey = WriteKey(key.topic_id, key.partition, *r.ident)

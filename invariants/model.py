@@ -73,6 +73,89 @@ class Read:
     txn_index: int = 0  # the header's: this record's position in its transaction
 
 
+@dataclass(frozen=True, slots=True)
+class ReadRun:
+    """Records one reader returned one after another, as one: ``count`` canary records of one writer
+    incarnation outside transactions, ``(writer_id, inc, seq + i)`` at ``offset + i`` — what the
+    executors send for most of a partition (:mod:`monitor.watch.executor`). Judged exactly as its
+    records one by one (:meth:`invariants.checker.Checker.apply_reads`)."""
+
+    offset: int
+    count: int
+    writer_id: int
+    inc: int
+    seq: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.offset + self.count - 1
+
+    @property
+    def ident(self) -> Ident:
+        """The first record's."""
+        return (self.writer_id, self.inc, self.seq)
+
+    def reads(self) -> list[Read]:
+        return [Read(self.offset + i, (self.writer_id, self.inc, self.seq + i)) for i in range(self.count)]
+
+
+def one_by_one(reads: Iterable["Read | ReadRun"]) -> list[Read]:
+    """Runs as their records."""
+    out: list[Read] = []
+    for r in reads:
+        if isinstance(r, ReadRun):
+            out.extend(r.reads())
+        else:
+            out.append(r)
+    return out
+
+
+def in_runs(reads: Iterable[Read]) -> list["Read | ReadRun"]:
+    """Reads in offset order with every stretch of two or more plain ones (canary, outside
+    transactions) of one writer incarnation at consecutive offsets and seqs as one run."""
+    out: list[Read | ReadRun] = []
+    group: list[Read] = []
+
+    def flush() -> None:
+        if len(group) > 1:
+            first = group[0]
+            out.append(ReadRun(first.offset, len(group), first.ident[0], first.ident[1], first.ident[2]))
+        else:
+            out.extend(group)
+        group.clear()
+
+    for r in reads:
+        plain = is_canary(r.ident) and not r.txn_id and not r.intended_abort and not r.txn_size and not r.txn_index
+        if group and plain:
+            last = group[-1]
+            if (r.offset == last.offset + 1 and r.ident[0] == last.ident[0] and r.ident[1] == last.ident[1]
+                    and r.ident[2] == last.ident[2] + 1):
+                group.append(r)
+                continue
+        flush()
+        if plain:
+            group.append(r)
+        else:
+            out.append(r)
+    flush()
+    return out
+
+
+def last_offset(r: "Read | ReadRun") -> int:
+    return r.last_offset if isinstance(r, ReadRun) else r.offset
+
+
+def read_offsets(reads: Iterable["Read | ReadRun"]) -> list[int]:
+    """Every offset read, in order."""
+    out: list[int] = []
+    for r in reads:
+        if isinstance(r, ReadRun):
+            out.extend(range(r.offset, r.offset + r.count))
+        else:
+            out.append(r.offset)
+    return out
+
+
 def is_canary(ident: Ident) -> bool:
     return ident[0] != "x"
 

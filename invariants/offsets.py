@@ -67,12 +67,14 @@ class OffsetsFamily:
         """The reader of ``key`` holds ``ident`` at ``off`` now (a first read, or a re-read that
         found it); ``other``: the other reader's view of the partition."""
         part = (key.topic_id, key.partition)
+        known = self.records.get(part)
+        if known is None or off not in known:
+            theirs = None if other is None else other.ident_at(off)
+            if not disagree(ident, theirs):
+                return []
         records = self.records.setdefault(part, {})
         readers = self.readers.setdefault(part, {})
         if off not in records:
-            theirs = None if other is None else other.at.get(off)
-            if not disagree(ident, theirs):
-                return []
             records[off] = {theirs}
             readers[off] = {RU if key.iso is RC else RC}
         records[off].add(ident)
@@ -95,8 +97,9 @@ class OffsetsFamily:
             readers = self.readers.setdefault(part, {}).setdefault(off, set())
             records.update((old, new))
             readers.add(key.iso)
-            if other is not None and other.at.get(off) is not None:
-                records.add(other.at[off])
+            theirs = None if other is None else other.ident_at(off)
+            if theirs is not None:
+                records.add(theirs)
                 readers.add(RU if key.iso is RC else RC)
             out = self._flag_all(part, off)
         return out
@@ -113,6 +116,8 @@ class OffsetsFamily:
         if off in seen:
             return []
         part = (key.topic_id, key.partition)
+        if off not in self.records.get(part, {}):  # parked, then forgotten by the other reader's horizon: the audit's
+            return []
         records = sorted(self.records[part][off], key=lambda i: (not is_canary(i), i if is_canary(i) else ()))
         decider = deciding_record(records)
         promise = UNKNOWN

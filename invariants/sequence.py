@@ -74,6 +74,11 @@ class SequenceFamily:
         if top is None or seq > top[0]:
             tops[writer] = (seq, off)
 
+    def on_plain_run(self, key: ViewKey, writer: Writer, last_seq: int, last_offset: int) -> None:
+        """A run of first reads above the writer's highest seq (:meth:`Checker._plain_run`): what
+        :meth:`on_read` does for each of its records — nothing but raise the highest seq."""
+        self.max_seq.setdefault(key, {})[writer] = (last_seq, last_offset)
+
     def on_reread(self, key: ViewKey, v: PartitionView, new: list[tuple[int, Ident]], lo: int) -> None:
         """Records a re-read of [lo, ...) found where the view held something else, in offset order:
         duplicates, and reorders against the writer's records at lower offsets of the view (to be
@@ -83,13 +88,13 @@ class SequenceFamily:
         running: dict[Writer, tuple[int, int]] = {}  # writer -> (highest seq below, its offset)
         floor = max(v.start or 0, v.forgotten_below)
         for off in range(lo - 1, floor - 1, -1):
-            ident = v.at.get(off)
+            ident = v.ident_at(off)
             if ident is not None and ident[0] != "x":
                 w = (ident[0], ident[1])
                 if ident[2] > running.get(w, (-1, -1))[0]:
                     running[w] = (ident[2], off)
         for off, ident in new:
-            offs = v.reads_of.get(ident, [])
+            offs = v.offsets_of(ident) or []
             if len(offs) >= 2:
                 self._duplicate(key, v, ident, offs)
             w, seq = (ident[0], ident[1]), ident[2]
@@ -120,10 +125,10 @@ class SequenceFamily:
             return []
         if data[0] == "duplicate":
             counted = self.duplicates.setdefault(key, set())
-            if ident in counted or len(v.reads_of.get(ident, ())) < 2:  # (parked: a re-read may have removed a copy)
+            if ident in counted or len(v.offsets_of(ident) or ()) < 2:  # (parked: a re-read may have removed a copy)
                 return []
             counted.add(ident)
-            return [Violation(Invariant.DUPLICATE, key.iso, key.topic_id, key.partition, tuple(v.reads_of[ident]),
+            return [Violation(Invariant.DUPLICATE, key.iso, key.topic_id, key.partition, tuple(v.offsets_of(ident)),
                               (ident[0], ident[1]), ident[2], durability=cls.order.durability,
                               reason=cls.order.reason, writer_name=cls.writer)]
         off, top = data[2], data[4]
@@ -145,9 +150,9 @@ class SequenceFamily:
         """A verdict counted if the view still shows it."""
         ident = tuple(data[1])
         if data[0] == "duplicate":
-            return self._count(key, v, data) if len(v.reads_of.get(ident, ())) >= 2 else []
+            return self._count(key, v, data) if len(v.offsets_of(ident) or ()) >= 2 else []
         _, _, off, top_off, top_seq = data
-        if v.at.get(off) == ident and v.at.get(top_off) == (ident[0], ident[1], top_seq):
+        if v.ident_at(off) == ident and v.ident_at(top_off) == (ident[0], ident[1], top_seq):
             return self._count(key, v, data)
         return []
 
@@ -162,7 +167,7 @@ class SequenceFamily:
     def forget(self, key: ViewKey, v: PartitionView) -> None:
         counted = self.duplicates.get(key)
         if counted:
-            self.duplicates[key] = {i for i in counted if i in v.reads_of}
+            self.duplicates[key] = {i for i in counted if v.was_read(i)}
         self.candidates.forget_below(key, v.forgotten_below)
         self.parked = [(k, d) for k, d in self.parked if k != key or _remembered(v, d)]
 
@@ -196,7 +201,7 @@ class SequenceFamily:
 def _remembered(v: PartitionView, data: tuple) -> bool:
     """Whether the view still remembers what a parked verdict rests on."""
     if data[0] == "duplicate":
-        return tuple(data[1]) in v.reads_of
+        return v.was_read(tuple(data[1]))
     return data[2] >= v.forgotten_below
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from invariants.model import Isolation, Read, is_canary
+from invariants.model import Isolation, Read, ReadRun, is_canary, one_by_one
 
 
 # Re-fetches refused in a row (per reader and partition) before one is applied as it is: the
@@ -75,7 +75,7 @@ class TopicLifecycle:
         """The topic ID a record was intended for, by its writer's intents (None: not known)."""
         return self.fold.topic_of(r.ident[0], r.ident[1], partition, r.ident[2]) if is_canary(r.ident) else None
 
-    def apply_named_reads(self, iso: Isolation, name: str, partition: int, reads: Sequence[Read],
+    def apply_named_reads(self, iso: Isolation, name: str, partition: int, reads: Sequence[Read | ReadRun],
                           fresh_id: Callable[[str], str | None] = lambda _n: None) -> bool:
         """Reads of one reader and partition of topic ``name`` (Spark's rows), attributed to topic
         IDs (:mod:`invariants.attribution`; ``fresh_id``: the name's ID now, looked up only when
@@ -109,6 +109,7 @@ class TopicLifecycle:
             return False
         oldest = self.topics.oldest_named  # the oldest ID its records were intended for
         if oldest is not None and self.topics.older(name, oldest, tid):
+            reads = one_by_one(reads)
             kept = self._without_the_old_log(name, tid, partition, reads)
             self.old_log_reads[iso] = self.old_log_reads.get(iso, 0) + len(reads) - len(kept)
             reads = kept

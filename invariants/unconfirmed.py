@@ -30,7 +30,7 @@ class UnconfirmedFamily:
     def expect(self, key: ViewKey, v: PartitionView, writer: Writer, first: int, count: int,
                top_seq: int | None) -> None:
         """Unconfirmed writes ``first .. first + count - 1``; ``top_seq``: the writer's highest seq read."""
-        seqs = [s for s in range(first, first + count) if (*writer, s) not in v.reads_of]
+        seqs = [s for s in range(first, first + count) if not v.was_read((*writer, s))]
         ranges = self.waiting.setdefault(key, {}).setdefault(writer, [])
         for s in seqs:
             if ranges and ranges[-1][1] == s:

@@ -31,7 +31,7 @@ from invariants.ledger_format import (
     Body, Checkpoint, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TopicSettings,
     WriteOutcome, WriteRange, WriterRef, WriterSettings,
 )
-from invariants.model import Read, Settings
+from invariants.model import Read, Settings, in_runs
 
 RC, RU = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED
 READERS = (RC, RU)
@@ -127,8 +127,13 @@ class Sim:
     old_logs: dict = field(default_factory=dict)
     old_log_start: dict = field(default_factory=dict)
     served_old: int = 0
+    # reads handed over as the executors send them, plain stretches as runs (None: for half the
+    # seeds, decided without drawing from the simulation's random numbers)
+    runs: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.runs is None:
+            self.runs = sum(self.rng.getstate()[1][:8]) % 2 == 0
         self.logs = {p: [] for p in range(self.partitions)}
         self.log_start = {p: 0 for p in range(self.partitions)}
         self.pos = {(iso, p): 0 for iso in READERS for p in range(self.partitions)}
@@ -163,6 +168,7 @@ class Sim:
             batch = [Read(o, old[o].ident) for o in range(at, cut) if old[o] is not None] + reads
         if batch:
             self._observe(iso, p, reads)
+            batch = in_runs(batch) if self.runs else batch
             if not self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe):
                 self.checker.note_topic(TOPIC, self.describe(TOPIC))  # a name it knows nothing of
                 assert self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe)

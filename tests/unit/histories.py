@@ -21,7 +21,7 @@ from invariants.ledger_format import (
     Body, Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome,
     WriteRange, WriterRef, WriterSettings, TopicSettings,
 )
-from invariants.model import Durability, Read, Settings
+from invariants.model import Durability, Read, Settings, in_runs
 
 RC, RU, NONE = Isolation.READ_COMMITTED, Isolation.READ_UNCOMMITTED, Isolation.NONE
 TOPIC = "t-0001"
@@ -58,6 +58,10 @@ EFFECTS: dict[str, dict[tuple[Invariant, Isolation], int]] = {
     "whole_txn_by_headers": {},
     "g0_write_cycle": {(I.G0_WRITE_CYCLE, RC): 1},
     "concurrent_txns_in_order": {},
+    # incidents a whole run long (the executors send runs: a run must never hide one)
+    "duplicate_run": {(I.DUPLICATE, RC): 3, (I.DUPLICATE, RU): 3},
+    "reorder_run": {(I.REORDER, RC): 3, (I.REORDER, RU): 3},
+    "inconsistent_run": {(I.INCONSISTENT_OFFSET, RC): 3, (I.INCONSISTENT_OFFSET, RU): 3, (I.LOST_WRITE, RU): 3},
 }
 # The durability class of what each incident shows, when it is not ``guaranteed``: a
 # non-idempotent writer's duplicate is allowed by its settings; two foreign records at one offset
@@ -309,6 +313,33 @@ class History:
         early = self.append(p, Slot(w.ident(s)))
         w.outcomes(p, [(s, "acked", early), (s1, "acked", late)])
 
+    def _duplicate_run(self, w: _Writer, p: int) -> None:
+        """Three writes acked at consecutive offsets, the same three records again right after."""
+        seqs = w.seqs(p, 3)
+        w.intent(p, seqs)
+        offs = [self.append(p, Slot(w.ident(s))) for s in seqs]
+        for s in seqs:
+            self.append(p, Slot(w.ident(s)))
+        w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
+
+    def _reorder_run(self, w: _Writer, p: int) -> None:
+        """Six writes in order of seq, the last three landed before the first three."""
+        seqs = w.seqs(p, 6)
+        w.intent(p, seqs)
+        offs = {s: self.append(p, Slot(w.ident(s))) for s in seqs[3:] + seqs[:3]}
+        w.outcomes(p, [(s, "acked", offs[s]) for s in seqs])
+
+    def _inconsistent_run(self, w: _Writer, p: int) -> None:
+        """Three writes acked at consecutive offsets where read_committed reads them and
+        read_uncommitted reads another writer's three (announced, never acknowledged) instead."""
+        v = _Writer(self)
+        seqs, others = w.seqs(p, 3), v.seqs(p, 3)
+        w.intent(p, seqs)
+        v.intent(p, others)
+        offs = [self.append(p, Slot(w.ident(s), ru_ident=v.ident(o))) for s, o in zip(seqs, others)]
+        w.outcomes(p, [(s, "acked", o) for s, o in zip(seqs, offs)])
+        v.entry(Stop())
+
     def _zero_offset(self, w: _Writer, p: int) -> None:
         self.honest(self.background, p, 7)  # more than one read chunk between offset 0 and it
         (s,) = w.seqs(p, 1)
@@ -445,12 +476,14 @@ class History:
         return out
 
 
-def build(partitions: int, incidents: list[tuple[str, int]], settle: int, rng: random.Random) -> History:
+def build(partitions: int, incidents: list[tuple[str, int]], settle: int, rng: random.Random,
+          background: int = 2) -> History:
+    """``background``: at most that many honest records before each incident (0 to it, at random)."""
     h = History(partitions, settle)
     for p in range(partitions):
         h.honest(h.background, p)  # offset 0 of every partition: an honest record
     for kind, p in incidents:
-        h.honest(h.background, p % partitions, rng.randint(0, 2))
+        h.honest(h.background, p % partitions, rng.randint(0, background))
         h.incident(kind, p % partitions)
     for p in range(partitions):
         h.honest(h.background, p, settle + 1)  # read past everything
@@ -474,7 +507,8 @@ def restart(checker: Checker, settings: Settings) -> Checker:
 
 def run_live(h: History, settings: Settings, rng: random.Random, restart_p: float = 0.2,
              order: str = "random", checker: Checker | None = None, found: list | None = None,
-             batches: int | None = None) -> Checker:
+             batches: int | None = None, runs: bool = False, trace: list | None = None,
+             chunk: int = 6) -> Checker:
     """Feed the history in random micro-batches, restarting the checker from its saved document at
     random boundaries.
 
@@ -482,6 +516,10 @@ def run_live(h: History, settings: Settings, rng: random.Random, restart_p: floa
     deliver all of one before any of the other (outcomes known early / arriving late).
     ``checker``: start from this one (default: a new one); ``found``: collects every violation
     reported, as the watch's evidence does; ``batches``: stop after that many (the rest unread).
+    ``runs``: each batch's reads of a partition handed over as the executors send them, plain
+    stretches as runs (:func:`invariants.model.in_runs`; the same random choices either way);
+    ``trace``: collects the checker's document after every batch; ``chunk``: at most that many
+    items of a stream per batch.
     """
     found = [] if found is None else found
     streams: list[tuple[str, Any, list]] = [("ledger", None, list(h.ledger))]
@@ -502,13 +540,15 @@ def run_live(h: History, settings: Settings, rng: random.Random, restart_p: floa
         for kind, key, items in batch:
             if not items:
                 continue
-            k = rng.randint(0, min(len(items), 6))
-            chunk, items[:] = items[:k], items[k:]
+            k = rng.randint(0, min(len(items), chunk))
+            part, items[:] = items[:k], items[k:]
             if kind == "ledger":
-                checker.apply_ledger(chunk)
+                checker.apply_ledger(part)
             else:
-                checker.apply_reads(key[0], TOPIC, key[1], chunk)
+                checker.apply_reads(key[0], TOPIC, key[1], in_runs(part) if runs else part)
         found.extend(checker.settle())
+        if trace is not None:
+            trace.append(checker.to_doc())
         if rng.random() < 0.5:  # the runtime answers re-fetch requests after some batches
             answer_refetches(checker, h.reads, rounds=1, found=found)
         if rng.random() < restart_p:

@@ -88,7 +88,8 @@ def test_horizon_bounds_the_state():
     h = build(1, [("clean", 0)] * 200, SETTLE, random.Random(5))
     live = run_live(h, small, random.Random(6), restart_p=0.0)
     for view in live.views.values():
-        assert len(view.at) <= 50 and len(view.reads_of) <= 50
+        at, reads = view.contents()
+        assert len(at) <= 50 and len(reads) <= 50
     assert not history_counts(live.counts)
 
 

@@ -39,6 +39,7 @@ def test_runs_of_disjoint_sets_merged_are_the_runs_of_their_union(given_rows, gr
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, 3), st.integers(0, 12)),  # a first read of the next offsets
+    st.tuples(st.just("run"), st.integers(0, 6), st.integers(0, 1)),  # a run of fresh records (a gap before it)
     st.tuples(st.just("replace"), st.integers(0, 60), st.integers(0, 40)),  # 13-40: records not read yet
     st.tuples(st.just("remove"), st.integers(0, 60), st.just(0)),
     st.tuples(st.just("forget"), st.integers(5, 40), st.just(0)),
@@ -55,24 +56,43 @@ def _ident(k: int) -> tuple:
 @example([("read", 3, 2), ("replace", 3, 0)])  # a record read again where none was: its chunk changed
 @example([("read", 1, 4), ("read", 3, 0), ("read", 0, 0), ("forget", 5, 0), ("remove", 9, 0)])  # left: a forgotten offset
 def test_a_view_s_saved_runs_kept_per_chunk_are_those_of_all_its_records(given_ops):
-    v = PartitionView()
+    """... whether its records came one by one or in runs (``single``: the same view, fed every run
+    record by record: it holds the same records and saves the same document)."""
+    v, single = PartitionView(), PartitionView()
     v._doc_runs = ChunkRuns(size=4)  # small chunks, so that most are whole and kept
+    used = [100]  # writer 5's next seq never read: runs take seqs from there
     for op, a, b in given_ops:
         if op == "read":
             for k in range(a + 1):  # now and then an offset without a record (a control record, a gap)
-                v.record(v.frontier + int((b + k) % 5 == 0), _ident((b + k) % 13))
+                off, ident = v.frontier + int((b + k) % 5 == 0), _ident((b + k) % 13)
+                v.record(off, ident)
+                single.record(off, ident)
+        elif op == "run":
+            off, first = v.frontier + b, used[0]
+            used[0] += a + 1
+            v.record_run(off, a + 1, 5, 1, first)
+            for i in range(a + 1):
+                single.record(off + i, (5, 1, first + i))
         elif op == "replace" and v.start is not None and v.start <= a < v.frontier:
-            v.replace(a, _ident(b))
+            ident = (5, 1, 100 + b % (used[0] - 100)) if b % 4 == 0 and used[0] > 100 else _ident(b)  # a run's
+            v.replace(a, ident)
+            single.replace(a, ident)
         elif op == "remove" and v.start is not None and v.start <= a < v.frontier:
             v.remove(a)
+            single.remove(a)
         elif op == "forget":
             v.forget(a)
-        once = [(*ident, offs[0]) for ident, offs in v.reads_of.items() if len(offs) == 1]
+            single.forget(a)
+        _at, reads = v.contents()
+        once = [(*ident, offs[0]) for ident, offs in reads.items() if len(offs) == 1]
         kept = v.to_doc()
         assert kept["read_runs"] == pack_runs(once)
+        assert v.contents() == single.contents() and kept == single.to_doc()
+        assert all(v.ident_at(o) == single.ident_at(o) and v.held(o) == single.held(o) for o in range(v.frontier + 1))
+        assert all(v.offsets_of(i) == single.offsets_of(i) for i in reads)
         with computed_afresh():
             assert kept == v.to_doc()
-    assert PartitionView.from_doc(v.to_doc()).reads_of == v.reads_of
+    assert PartitionView.from_doc(v.to_doc()).contents() == v.contents()
 
 
 placed_ops = st.lists(st.one_of(
@@ -80,6 +100,7 @@ placed_ops = st.lists(st.one_of(
     st.tuples(st.just("del"), st.integers(0, 15), st.just(0), st.just(0)),
     st.tuples(st.just("drop_below"), st.integers(0, 30), st.just(0), st.just(0)),
     st.tuples(st.just("save"), st.just(0), st.just(0), st.just(0)),
+    st.tuples(st.just("run"), st.integers(0, 15), st.integers(0, 30), st.integers(0, 1)),  # 3 writes from seq, at
 ), max_size=60)
 
 
@@ -92,6 +113,10 @@ def test_placed_writes_saved_per_chunk_are_all_the_placed_writes(given_ops):
         ident = (seq % 2, 1, seq)
         if op == "set":
             placed[ident] = model[ident] = Judged(off, off - seq % 3, classes[c])
+        elif op == "run":
+            placed.add_run(off, 3, seq % 2, 1, seq, off - 1, classes[c])
+            for i in range(3):
+                model[(seq % 2, 1, seq + i)] = Judged(off + i, off - 1, classes[c])
         elif op == "del" and ident in model:
             del placed[ident], model[ident]
         elif op == "drop_below":
@@ -102,6 +127,7 @@ def test_placed_writes_saved_per_chunk_are_all_the_placed_writes(given_ops):
         assert set(t.classes) == {j.cls for j in model.values()}  # no class of a write dropped since
         assert sorted(unpack_runs(runs)) == sorted((*i, j.acked_at, j.late_below, t.ref(j.cls)) for i, j in model.items())
         assert dict(placed.items()) == model and len(placed) == len(model)
+        assert all(placed.get(i) == j and i in placed for i, j in model.items())
 
 
 def test_a_record_left_with_a_forgotten_offset_only_is_saved_without_walking_the_whole_view(monkeypatch):
@@ -123,4 +149,4 @@ def test_a_record_left_with_a_forgotten_offset_only_is_saved_without_walking_the
     assert walks == [1]  # only that record packed, not the whole view
     with computed_afresh():
         assert kept == v.to_doc()
-    assert PartitionView.from_doc(kept).reads_of == v.reads_of
+    assert PartitionView.from_doc(kept).contents() == v.contents()

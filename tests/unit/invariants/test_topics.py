@@ -247,12 +247,12 @@ def test_a_refetch_that_read_the_old_log_under_the_name_is_refused():
     ck.apply_ledger(led.entries)
     old_log = reads(written[:3])  # A's records at offsets 0..2
     assert not ck.apply_refetched(RC, "B", 0, old_log, (0, 3))
-    assert ck.view(RC, "B", 0).at == {}  # nothing of it applied
+    assert ck.view(RC, "B", 0).contents()[0] == {}  # nothing of it applied
     ck.apply_named_reads(RC, "c", 0, reads(on_b))  # Spark read B
     assert ck.apply_refetched(RC, "B", 0, reads(on_b), (0, 3))
-    assert set(ck.view(RC, "B", 0).at) == {0, 1, 2}
+    assert set(ck.view(RC, "B", 0).contents()[0]) == {0, 1, 2}
     assert not ck.apply_refetched(RC, "B", 0, old_log, (0, 3))
-    assert ck.view(RC, "B", 0).at == {o: ident for o, ident in on_b}  # B's records, untouched
+    assert ck.view(RC, "B", 0).contents()[0] == {o: ident for o, ident in on_b}  # B's records, untouched
     assert n
 
 
@@ -286,7 +286,7 @@ def test_a_batch_of_the_old_log_fetched_under_the_name_after_a_recreation_is_not
             assert ck.apply_named_reads(iso, "c", 0, reads(written[2:5]))  # A's records at 2..4
             assert ck.apply_named_reads(iso, "c", 0, reads(on_b[5:next_batch]))
     assert ck.old_log_reads == {RC: 3, RU: 3}
-    assert all(ck.view(iso, "B", 0).at.get(o) != ident for iso in (RC, RU) for o, ident in written[2:5])
+    assert all(ck.view(iso, "B", 0).ident_at(o) != ident for iso in (RC, RU) for o, ident in written[2:5])
     assert not any(v.topic_id == "B" for v in ck.settle())
     wanted = ck.refetch_wanted()
     assert [(w.topic_id, w.lo) for w in wanted] == [("B", 2)]
