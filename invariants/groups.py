@@ -95,7 +95,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from invariants.doc_runs import offset_runs, run_offsets
+from invariants.doc_runs import run_offsets
+from invariants.offset_set import OffsetSet, ranges_of
 
 @dataclass(frozen=True)
 class GroupFinding:
@@ -145,7 +146,7 @@ class GroupJudge:
     max_consumed: dict[int, int] = field(default_factory=dict)
     to_judge: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # p -> (value, ack index), log order
     judged_to: dict[int, int] = field(default_factory=dict)
-    reference: dict[int, set[int]] = field(default_factory=dict)  # p -> offsets read, not judged yet
+    reference: dict[int, OffsetSet] = field(default_factory=dict)  # p -> offsets read, not judged yet
     read_to: dict[int, int] = field(default_factory=dict)
     alive_at: dict[int, int] = field(default_factory=dict)  # p -> ms of the last observation of an owner
     rebalance_seen: dict[str, int] = field(default_factory=dict)  # member -> librdkafka's rebalance count
@@ -289,7 +290,7 @@ class GroupJudge:
                 del seen[o]
         ref = self.reference.get(p)
         if ref:
-            ref.difference_update([o for o in ref if o >= offset])
+            ref.discard_from(offset)
 
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
@@ -385,14 +386,22 @@ class GroupJudge:
     def read_reference(self, p: int, offsets: Iterable[int], reader_at: int | None = None) -> None:
         """What a ``read_committed`` reader of the canary read on partition p, in order; everything
         below its last offset + 1 (or ``reader_at``, its position past control records) is read."""
+        self.read_reference_ranges(p, ranges_of(offsets), reader_at)
+
+    def read_reference_ranges(self, p: int, ranges: Iterable[tuple[int, int]], reader_at: int | None = None) -> None:
+        """:meth:`read_reference` of the offsets in ``[lo, hi)`` ranges, ascending."""
         below = self.judged_to.get(p, 0)
-        fresh = [o for o in offsets if o >= below]
-        if fresh:
-            pending = self.reference.setdefault(p, set())
-            pending.update(fresh)
-            self.read_to[p] = max(self.read_to.get(p, 0), max(fresh) + 1)
+        top = None
+        for lo, hi in ranges:
+            lo = max(lo, below)
+            if lo < hi:
+                self.reference.setdefault(p, OffsetSet()).add_range(lo, hi)
+                top = hi if top is None else max(top, hi)
+        if top is not None:
+            pending = self.reference[p]
+            self.read_to[p] = max(self.read_to.get(p, 0), top)
             if len(pending) > self.MAX_UNJUDGED:  # no commit passing them for that long: the oldest are the audit's
-                self._judged_below(p, sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10])
+                self._judged_below(p, pending.nth(len(pending) - self.MAX_UNJUDGED * 9 // 10))
         if reader_at is not None:
             self.read_to[p] = max(self.read_to.get(p, 0), reader_at)
 
@@ -412,7 +421,7 @@ class GroupJudge:
                 limit = min(value, self.read_to.get(p, 0))
                 if limit > below:
                     seen = self.first_consumed.get(p, {})
-                    for o in sorted(x for x in self.reference.get(p, set()) if x < limit):
+                    for o in list(self.reference.get(p, OffsetSet()).below(limit)):
                         self.judged_records += 1
                         first = seen.get(o)
                         if o >= starts.get(p, 0) and (first is None or first > ack_at):
@@ -427,8 +436,9 @@ class GroupJudge:
         """Everything on p below ``limit`` is judged (or given up): forgotten."""
         if limit <= self.judged_to.get(p, 0):
             return
-        pending = self.reference.get(p, set())
-        pending.difference_update([o for o in pending if o < limit])
+        pending = self.reference.get(p)
+        if pending:
+            pending.discard_below(limit)
         seen = self.first_consumed.get(p, {})
         for o in [o for o in seen if o < limit]:
             del seen[o]
@@ -453,7 +463,7 @@ class GroupJudge:
             "max_consumed": {str(p): v for p, v in self.max_consumed.items()},
             "to_judge": {str(p): [list(x) for x in q] for p, q in self.to_judge.items() if q},
             "judged_to": {str(p): v for p, v in self.judged_to.items()},
-            "reference": {str(p): offset_runs(s) for p, s in self.reference.items() if s},
+            "reference": {str(p): s.to_runs() for p, s in self.reference.items() if s},
             "read_to": {str(p): v for p, v in self.read_to.items()},
             "alive_at": {str(p): v for p, v in self.alive_at.items()},
             "rebalance_seen": dict(self.rebalance_seen),
@@ -484,7 +494,7 @@ class GroupJudge:
         j.max_consumed = {int(p): int(v) for p, v in doc.get("max_consumed", {}).items()}
         j.to_judge = {int(p): [(int(v), int(a)) for v, a in q] for p, q in doc.get("to_judge", {}).items()}
         j.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
-        j.reference = {int(p): set(run_offsets(runs)) for p, runs in doc.get("reference", {}).items()}
+        j.reference = {int(p): OffsetSet.from_runs(runs) for p, runs in doc.get("reference", {}).items()}
         j.read_to = {int(p): int(v) for p, v in doc.get("read_to", {}).items()}
         j.alive_at = {int(p): int(v) for p, v in doc.get("alive_at", {}).items()}
         j.rebalance_seen = {str(m): int(n) for m, n in doc.get("rebalance_seen", {}).items()}

@@ -145,6 +145,18 @@ def last_offset(r: "Read | ReadRun") -> int:
     return r.last_offset if isinstance(r, ReadRun) else r.offset
 
 
+def read_ranges(reads: Iterable["Read | ReadRun"]) -> list[tuple[int, int]]:
+    """Every offset read, in order, as ``[lo, hi)`` ranges of consecutive ones."""
+    out: list[list[int]] = []
+    for r in reads:
+        lo, hi = (r.offset, r.offset + r.count) if isinstance(r, ReadRun) else (r.offset, r.offset + 1)
+        if out and out[-1][1] == lo:
+            out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
 def read_offsets(reads: Iterable["Read | ReadRun"]) -> list[int]:
     """Every offset read, in order."""
     out: list[int] = []

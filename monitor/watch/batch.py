@@ -25,13 +25,14 @@ import pyarrow.compute as pc
 
 from invariants.checker import Checker
 from invariants.ledger_format import LedgerFormatError, decode
-from invariants.model import RC, RU, Read, Violation
+from invariants.model import RC, RU, Read, ReadRun, Violation
 from monitor.metrics import E2E_BUCKETS
 from monitor.record_format import FLAG_INTENDED_ABORT
 from monitor.eos import output_format
 from monitor.group import observations
 from monitor.watch.executor import (
-    HEADER_COLUMNS, KIND_CANARY, KIND_NAMES, SRC_EOS_OUTPUT, SRC_GROUP_OBS, SRC_LEDGER, decode_values, unsigned,
+    KIND_CANARY, KIND_LATENCY, KIND_NAMES, SRC_EOS_OUTPUT, SRC_GROUP_OBS, SRC_LEDGER, decode_values, latency_seconds,
+    unsigned,
 )
 
 SRC_RC, SRC_RU = 0, 1
@@ -70,7 +71,6 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
         part = table.filter(pc.equal(table.column("src"), s))
         if not part.num_rows:
             continue
-        part = part.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
         _apply_reads(checker, iso, part, fresh_id, now, stats)
     if eos is not None:
         _apply_eos(checker, table, eos, stats)
@@ -148,30 +148,70 @@ def reads_of(offsets: np.ndarray, cols: dict[str, Any]) -> tuple[list[Read], Cou
 
 def _apply_reads(checker: Checker, iso: Any, part: pa.Table, fresh_id: Callable[[str], str | None],
                  now: float, stats: BatchStats) -> None:
+    """One reader's rows (runs, single records and latency rows, :mod:`monitor.watch.executor`)."""
+    latency = part.filter(pc.equal(part.column("kind"), KIND_LATENCY))
+    if latency.num_rows:
+        part = part.filter(pc.not_equal(part.column("kind"), KIND_LATENCY))
+    _latencies(iso, latency, now, stats)
+    if not part.num_rows:
+        return
+    part = part.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
     topics = part.column("topic").to_pylist()
     partitions = part.column("partition").to_numpy()
-    offsets = part.column("offset").to_numpy()
-    cols = {name: part.column(name).to_numpy() for name in HEADER_COLUMNS}
-    latencies = []
-    start = 0
-    n = len(topics)
+    items = _items(part, stats)
+    start, n = 0, len(topics)
     while start < n:
         end = start
         while end < n and partitions[end] == partitions[start] and topics[end] == topics[start]:
             end += 1
-        reads, malformed, ts = reads_of(offsets[start:end], {k: c[start:end] for k, c in cols.items()})
-        stats.malformed.update(malformed)
-        latencies.append((now - ts / 1e6).clip(min=0))
+        reads = items[start:end]
         name, p = topics[start], int(partitions[start])
         if not checker.apply_named_reads(iso, name, p, reads, fresh_id):
             tid = fresh_id(name)  # nothing known of the name yet: where it points now
             if tid is None:
-                stats.malformed["unknown_topic"] += end - start
+                stats.malformed["unknown_topic"] += sum(r.count if isinstance(r, ReadRun) else 1 for r in reads)
             else:
                 checker.note_topic(name, tid)
                 checker.apply_named_reads(iso, name, p, reads, fresh_id)
         start = end
-    latency = np.concatenate(latencies) if latencies else np.zeros(0)
-    counts, _ = np.histogram(latency, bins=[-np.inf, *E2E_BUCKETS, np.inf])
-    stats.e2e_counts[iso] = counts
-    stats.e2e_sum[iso] = float(latency.sum())
+
+
+def _items(part: pa.Table, stats: BatchStats) -> list[Read | ReadRun]:
+    """Each row as the checker reads it: a run, a canary record, or another record under its digest
+    identity (counted by kind)."""
+    offsets = part.column("offset").to_pylist()
+    kind = part.column("kind").to_pylist()
+    count = part.column("count").to_pylist()
+    wid = unsigned(part.column("writer_id").to_numpy()).tolist()
+    inc = part.column("incarnation").to_pylist()
+    seq = unsigned(part.column("seq").to_numpy()).tolist()
+    txn = unsigned(part.column("txn_id").to_numpy()).tolist()
+    flags = part.column("flags").to_pylist()
+    size, index = part.column("txn_size").to_pylist(), part.column("txn_index").to_pylist()
+    digest, length = part.column("digest").to_pylist(), part.column("length").to_pylist()
+    items: list[Read | ReadRun] = []
+    for i, k in enumerate(kind):
+        if k == KIND_CANARY:
+            if count[i] > 1:
+                items.append(ReadRun(offsets[i], count[i], wid[i], inc[i], seq[i]))
+            else:
+                items.append(Read(offsets[i], (wid[i], inc[i], seq[i]), txn[i], bool(flags[i] & FLAG_INTENDED_ABORT),
+                                  size[i], index[i]))
+        else:
+            stats.malformed[KIND_NAMES[k]] += 1
+            items.append(Read(offsets[i], ("x", digest[i], length[i])))
+    return items
+
+
+def _latencies(iso: Any, rows: pa.Table, now: float, stats: BatchStats) -> None:
+    """Produce → checked, from the executors' latency rows: each bin's age when decoded, plus the
+    time from the decoding to now."""
+    if rows.num_rows:
+        age = latency_seconds(rows.column("offset").to_numpy()) + (now - rows.column("ts_us").to_numpy() / 1e6)
+        age = age.clip(min=0)
+        weights = rows.column("count").to_numpy().astype(np.float64)
+    else:
+        age, weights = np.zeros(0), np.zeros(0)
+    counts, _ = np.histogram(age, bins=[-np.inf, *E2E_BUCKETS, np.inf], weights=weights)
+    stats.e2e_counts[iso] = counts.astype(np.int64)
+    stats.e2e_sum[iso] = float((age * weights).sum())

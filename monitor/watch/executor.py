@@ -1,17 +1,24 @@
 """Work done on Spark's executors, before a micro-batch reaches the driver.
 
 ``decode_batches`` runs in Spark's Python workers (``DataFrame.mapInArrow``) over the union of the
-three Kafka sources, one Spark partition (one offset range of one topic-partition of one reader) at
-a time, in offset order. A canary row leaves the executor as its decoded header — writer id,
-incarnation, seq, produce time, transaction id, flags, transaction size and index — plus what the
-checker needs of anything that is not a well-formed canary record: its kind (``foreign`` without
-the magic bytes, ``malformed`` with them) and its identity, the CRC-32 and length of the whole value
-(:func:`invariants.model.foreign_ident`). The value itself stays on the executor; only ledger rows
-(``src`` 2) and the EOS pipeline's output rows (``src`` 3, 16-64 bytes) keep theirs, the driver
-decodes those.
+Kafka sources, one Spark partition (one offset range of one topic-partition of one reader) at a
+time, in offset order, with no shuffle. Only a few rows per producer batch leave it:
 
-The driver and the re-fetcher decode through the same :func:`decode_values`, so a record has one
-identity whichever way it was read. This module imports only numpy, pyarrow and
+- a **run** row for every stretch of plain canary records (outside transactions) of one writer
+  incarnation at consecutive offsets with consecutive seqs: its first offset, ``count``, and the
+  first record's decoded header (:class:`invariants.model.ReadRun` on the driver);
+- a row per other canary record (transactional ones carry their transaction id, flags, size and
+  index), and per record that is not a well-formed canary one: its kind (``foreign`` without the
+  magic bytes, ``malformed`` with them) and its identity, the CRC-32 and length of the whole value
+  (:func:`invariants.model.foreign_ident`);
+- **latency** rows (``kind`` :data:`KIND_LATENCY`): how many canary records were how old when
+  decoded, in bins 1 % wide (``offset`` is the bin, ``ts_us`` the decoding time); the driver adds
+  the time from there to the check (:func:`latency_seconds`);
+- ledger rows (``src`` 2), the EOS pipeline's output rows (``src`` 3) and the group canary's
+  observations (``src`` 4), one each with their value: the driver decodes those.
+
+The driver and the re-fetcher decode single records through the same :func:`decode_values`, so a
+record has one identity whichever way it was read. This module imports only numpy, pyarrow and
 :mod:`monitor.record_format`; it reaches the executors in the zip :mod:`monitor.watch.ship` builds,
 not from an installed copy. 64-bit unsigned header fields travel as the same bits in signed
 ``bigint`` columns (Spark has no unsigned type); :func:`unsigned` turns them back.
@@ -19,6 +26,7 @@ not from an installed copy. 64-bit unsigned header fields travel as the same bit
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Iterable, Iterator
 
@@ -26,12 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from monitor.record_format import HEADER_SIZE, MAGIC, decode_header_rows
+from monitor.record_format import FLAG_INTENDED_ABORT, HEADER_SIZE, MAGIC, decode_header_rows
 
 SRC_LEDGER = 2
 SRC_EOS_OUTPUT = 3  # the EOS pipeline's output topic (rows keep their value, as the ledger's do)
 SRC_GROUP_OBS = 4  # the group canary's observation log (rows keep their value too)
-KIND_LEDGER, KIND_CANARY, KIND_FOREIGN, KIND_MALFORMED = -1, 0, 1, 2
+KIND_LEDGER, KIND_CANARY, KIND_FOREIGN, KIND_MALFORMED, KIND_LATENCY = -1, 0, 1, 2, 3
 KIND_NAMES = {KIND_FOREIGN: "foreign", KIND_MALFORMED: "malformed"}
 
 DECODED_FIELDS = (
@@ -40,33 +48,91 @@ DECODED_FIELDS = (
     ("kind", pa.int8(), "tinyint"), ("writer_id", pa.int64(), "bigint"), ("incarnation", pa.int64(), "bigint"),
     ("seq", pa.int64(), "bigint"), ("produce_ts_us", pa.int64(), "bigint"), ("txn_id", pa.int64(), "bigint"),
     ("flags", pa.int16(), "smallint"), ("txn_size", pa.int32(), "int"), ("txn_index", pa.int32(), "int"),
-    ("digest", pa.int64(), "bigint"), ("length", pa.int32(), "int"),
+    ("digest", pa.int64(), "bigint"), ("length", pa.int32(), "int"), ("count", pa.int32(), "int"),
 )
 DECODED_SCHEMA = pa.schema([(name, typ) for name, typ, _ in DECODED_FIELDS])
 DECODED_DDL = ", ".join(f"`{name}` {ddl}" for name, _, ddl in DECODED_FIELDS)
 HEADER_COLUMNS = ("kind", "writer_id", "incarnation", "seq", "produce_ts_us", "txn_id", "flags", "txn_size",
                   "txn_index", "digest", "length")
+# latency bins: 0 below 1 ms, then bin k >= 1 from 1 ms * 1.01 ** (k - 1) up
+LATENCY_FLOOR_US = 1000.0
+LATENCY_RATIO = 1.01
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: each batch of Kafka rows as decoded rows, in the same order."""
+    """``mapInArrow``'s function: each batch of Kafka rows as runs, single rows and latency rows
+    (see the module docstring), in offset order."""
     for batch in batches:
         yield decode_batch(batch)
 
 
-def decode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordBatch:
+    """One batch of Kafka rows (``src``, ``topic``, ``partition``, ``offset``, ``value``, ``ts_us``;
+    one Spark partition's, in offset order); ``now_us``: when it is decoded (default: now)."""
     n = batch.num_rows
+    now_us = int(time.time() * 1e6) if now_us is None else now_us
     src = batch.column("src").to_numpy(zero_copy_only=False).astype(np.int8)
     values = batch.column("value")
     ledger = src >= SRC_LEDGER
     cols = decode_values(values, skip=ledger)
-    kept = pc.if_else(pa.array(ledger), values.cast(pa.binary()), pa.scalar(None, pa.binary())) \
-        if ledger.any() else pa.nulls(n, pa.binary())
+    topic = batch.column("topic").cast(pa.string())
+    partition = batch.column("partition").to_numpy(zero_copy_only=False).astype(np.int32)
+    offset = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
     ts = batch.column("ts_us") if "ts_us" in batch.schema.names else pa.nulls(n, pa.int64())
-    arrays = [pa.array(src, pa.int8()), batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
-              batch.column("offset").cast(pa.int64()), ts.cast(pa.int64()), kept]
-    arrays += [pa.array(cols[name], typ) for name, typ, _ in DECODED_FIELDS[6:]]
-    return pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
+    kind = cols["kind"]
+    canary = kind == KIND_CANARY
+    plain = canary & (cols["txn_id"] == 0) & ((cols["flags"] & FLAG_INTENDED_ABORT) == 0)
+    seq = unsigned(cols["seq"])
+    follows = np.zeros(n, dtype=bool)  # row i continues the run of row i - 1
+    if n > 1:
+        follows[1:] = (plain[1:] & plain[:-1] & (src[1:] == src[:-1]) & (partition[1:] == partition[:-1])
+                       & (offset[1:] == offset[:-1] + 1) & (cols["writer_id"][1:] == cols["writer_id"][:-1])
+                       & (cols["incarnation"][1:] == cols["incarnation"][:-1])
+                       & (seq[:-1] != np.uint64(2**64 - 1)) & (seq[1:] == seq[:-1] + np.uint64(1)))
+        if follows.any():  # (one topic per Spark partition: compared only where the rest says a run goes on)
+            same_topic = pc.equal(topic.slice(1), topic.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+            follows[1:] &= same_topic
+    starts = np.flatnonzero(~follows)
+    counts = np.diff(np.append(starts, n)).astype(np.int32)
+    kept = pc.if_else(pa.array(ledger[starts]), values.take(starts).cast(pa.binary()), pa.scalar(None, pa.binary())) \
+        if ledger.any() else pa.nulls(len(starts), pa.binary())
+    arrays = [pa.array(src[starts], pa.int8()), topic.take(starts), pa.array(partition[starts], pa.int32()),
+              pa.array(offset[starts], pa.int64()), ts.take(starts).cast(pa.int64()), kept]
+    arrays += [pa.array(cols[name][starts], typ) for name, typ, _ in DECODED_FIELDS[6:-1]]
+    arrays.append(pa.array(counts, pa.int32()))
+    rows = pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
+    latency = _latency_rows(src[canary], now_us - unsigned(cols["produce_ts_us"])[canary].astype(np.int64), now_us)
+    return rows if latency is None else pa.concat_batches([rows, latency])
+
+
+def latency_bin(age_us: np.ndarray) -> np.ndarray:
+    """The bin of each age (µs): 0 below 1 ms, else 1 + how many times 1 % above 1 ms."""
+    age = np.asarray(age_us, dtype=np.float64)
+    out = np.zeros(len(age), dtype=np.int64)
+    over = age >= LATENCY_FLOOR_US
+    out[over] = 1 + np.floor(np.log(age[over] / LATENCY_FLOOR_US) / np.log(LATENCY_RATIO)).astype(np.int64)
+    return out
+
+
+def latency_seconds(bins: np.ndarray) -> np.ndarray:
+    """A bin's age in seconds: its middle (geometric; half a millisecond for bin 0)."""
+    b = np.asarray(bins, dtype=np.float64)
+    return np.where(b <= 0, LATENCY_FLOOR_US / 2, LATENCY_FLOOR_US * LATENCY_RATIO ** (b - 0.5)) / 1e6
+
+
+def _latency_rows(src: np.ndarray, age_us: np.ndarray, now_us: int) -> pa.RecordBatch | None:
+    if not len(age_us):
+        return None
+    key = src.astype(np.int64) * 1_000_000 + latency_bin(age_us)
+    keys, counts = np.unique(key, return_counts=True)
+    m = len(keys)
+    zeros = np.zeros(m, dtype=np.int64)
+    columns = {"src": pa.array(keys // 1_000_000, pa.int8()), "topic": pa.nulls(m, pa.string()),
+               "partition": pa.array(np.full(m, -1), pa.int32()), "offset": pa.array(keys % 1_000_000, pa.int64()),
+               "ts_us": pa.array(np.full(m, now_us), pa.int64()), "value": pa.nulls(m, pa.binary()),
+               "kind": pa.array(np.full(m, KIND_LATENCY), pa.int8()), "count": pa.array(counts, pa.int32())}
+    return pa.RecordBatch.from_arrays([columns[name] if name in columns else pa.array(zeros, typ)
+                                       for name, typ, _ in DECODED_FIELDS], schema=DECODED_SCHEMA)
 
 
 def decode_values(values: pa.Array | list, skip: np.ndarray | None = None) -> dict[str, np.ndarray]:

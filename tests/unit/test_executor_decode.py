@@ -29,7 +29,7 @@ values = st.lists(st.one_of(records.map(lambda r: rf.encode(r, 60)), records.map
                             st.binary(max_size=80), st.just(rf.MAGIC), st.just(b"V"), st.none()), max_size=30)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(values, st.integers(0, 5))
 def test_each_row_decodes_as_the_reference_decoder_says(vals, cut):
     array = pa.array([b"pad"] * cut + vals, pa.binary()).slice(cut)  # a slice: buffers start elsewhere
@@ -64,13 +64,64 @@ def test_a_batch_keeps_order_ledger_values_and_drops_canary_values():
         "value": pa.array([good, b"ledger-bytes", b"junk", None], pa.binary()),
         "ts_us": pa.array([1, 2, 3, 4], pa.int64()),
     })
-    out = ex.decode_batch(batch)
+    out = ex.decode_batch(batch, now_us=1_000_099)
     assert out.schema == ex.DECODED_SCHEMA
-    assert out.column("offset").to_pylist() == [5, 9, 6, 7]
-    assert out.column("value").to_pylist() == [None, b"ledger-bytes", None, None]
-    assert out.column("kind").to_pylist() == [ex.KIND_CANARY, ex.KIND_LEDGER, ex.KIND_FOREIGN, ex.KIND_FOREIGN]
-    assert out.column("ts_us").to_pylist() == [1, 2, 3, 4]
+    rows, latency = out.slice(0, 4), out.slice(4)
+    assert rows.column("offset").to_pylist() == [5, 9, 6, 7]
+    assert rows.column("value").to_pylist() == [None, b"ledger-bytes", None, None]
+    assert rows.column("kind").to_pylist() == [ex.KIND_CANARY, ex.KIND_LEDGER, ex.KIND_FOREIGN, ex.KIND_FOREIGN]
+    assert rows.column("ts_us").to_pylist() == [1, 2, 3, 4]
+    assert rows.column("count").to_pylist() == [1, 1, 1, 1]
+    # the canary record, one second old when decoded: one latency row of its reader
+    assert latency.column("kind").to_pylist() == [ex.KIND_LATENCY] and latency.column("count").to_pylist() == [1]
+    assert latency.column("src").to_pylist() == [0] and latency.column("ts_us").to_pylist() == [1_000_099]
+    assert abs(ex.latency_seconds(latency.column("offset").to_numpy())[0] - 1.0) < 0.01
     assert list(ex.decode_batches([batch.slice(0, 0)]))[0].num_rows == 0
+
+
+def _kafka_rows(src: int, partition: int, offsets: list[int], vals: list) -> pa.RecordBatch:
+    n = len(offsets)
+    return pa.RecordBatch.from_pydict({
+        "src": pa.array([src] * n, pa.int8()), "topic": ["c"] * n, "partition": pa.array([partition] * n, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()), "value": pa.array(vals, pa.binary()),
+        "ts_us": pa.array([0] * n, pa.int64())})
+
+
+def test_runs_span_one_writer_s_consecutive_seqs_at_consecutive_offsets_outside_transactions():
+    def canary(w: int, seq: int, **kw) -> bytes:
+        return rf.encode(rf.CanaryRecord(w, 1, seq, 5, **kw), 60)
+
+    vals = [canary(1, 0), canary(1, 1), canary(1, 2),  # a run of three
+            canary(2, 7),  # another writer: alone
+            canary(1, 3), canary(1, 5),  # a seq skipped: two runs of one
+            canary(3, 0, txn_id=9, txn_size=2, txn_index=0, flags=rf.FLAG_TRANSACTIONAL),  # in a transaction:
+            canary(3, 1, txn_id=9, txn_size=2, txn_index=1, flags=rf.FLAG_TRANSACTIONAL),  # one by one
+            b"junk", canary(4, 2**64 - 1), canary(4, 0)]  # the highest seq does not run on into 0
+    out = ex.decode_batch(_kafka_rows(1, 0, list(range(10, 21)), vals), now_us=10)
+    rows = out.filter(pa.compute.not_equal(out.column("kind"), ex.KIND_LATENCY))
+    assert rows.column("offset").to_pylist() == [10, 13, 14, 15, 16, 17, 18, 19, 20]
+    assert rows.column("count").to_pylist() == [3, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert ex.unsigned(rows.column("writer_id").to_numpy()).tolist() == [1, 2, 1, 1, 3, 3, 0, 4, 4]
+    latency = out.filter(pa.compute.equal(out.column("kind"), ex.KIND_LATENCY))
+    assert sum(latency.column("count").to_pylist()) == 10  # every canary record, runs or not
+
+
+@settings(max_examples=200, deadline=None)
+@given(values, st.integers(1, 12))
+def test_the_executor_s_rows_are_the_records_one_by_one(vals, split):
+    """Whatever the records and however Spark cuts a partition into Arrow batches, the rows the
+    driver gets, taken one by one, are exactly the reads of the re-fetch path (the reference)."""
+    from invariants.model import one_by_one
+    from monitor.watch.batch import BatchStats, _items
+
+    offsets = list(range(100, 100 + len(vals)))
+    got = []
+    for lo in range(0, len(vals), split):
+        out = ex.decode_batch(_kafka_rows(0, 3, offsets[lo:lo + split], vals[lo:lo + split]), now_us=0)
+        rows = out.filter(pa.compute.not_equal(out.column("kind"), ex.KIND_LATENCY))
+        got += _items(pa.Table.from_batches([rows]), BatchStats())
+    expected, _malformed, _ts = to_reads(offsets, vals)
+    assert one_by_one(got) == expected
 
 
 def test_the_shipped_zip_imports_the_executor_code_without_the_checkout(tmp_path):
