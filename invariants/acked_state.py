@@ -128,9 +128,10 @@ class PlacedWrites:
         late_below, cls)`` each."""
         runs = self._placed_runs.get((writer_id, inc))
         last = runs[-1] if runs else None
-        if (self._singles_of[(writer_id, inc)] or (last is not None and (last.seq + last.count > seq
-                                                                            or last.acked_at + last.count > acked_at))):
-            for i in range(count):  # not above every write of the writer kept: one by one
+        if ((last is not None and (last.seq + last.count > seq or last.acked_at + last.count > acked_at))
+                or (self._singles_of[(writer_id, inc)]
+                    and any((writer_id, inc, seq + i) in self._by_ident for i in range(count)))):
+            for i in range(count):  # not above the writer's runs, or placed before: one by one
                 self[(writer_id, inc, seq + i)] = Judged(acked_at + i, late_below, cls)
             return
         if (last is not None and last.seq + last.count == seq and last.acked_at + last.count == acked_at
@@ -248,6 +249,7 @@ class AckedState:
     waiting_heap: list[tuple[int, WriteKey]] = field(default_factory=list)  # (deadline offset, write)
     zero_wait: dict[WriteKey, WriteClass] = field(default_factory=dict)  # bogus zero acks not read anywhere yet
     placed: PlacedWrites = field(default_factory=PlacedWrites)  # read where acked (within the horizon)
+    last_pushed: ExpectedRun | None = field(default=None, repr=False, compare=False)  # still in pending: may grow
 
     def to_doc(self, t: ClassTable) -> dict[str, Any]:
         return {"pending": [r.to_doc(t) for r in self.pending],

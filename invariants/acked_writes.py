@@ -166,8 +166,15 @@ class AckedWritesFamily:
 
     def expect(self, key: ViewKey, v: PartitionView, first_offset: int, count: int, writer_id: int, inc: int,
                first_seq: int, done_ts_us: int, cls: WriteClass) -> None:
-        heapq.heappush(self.state(key).pending, ExpectedRun(first_offset, count, writer_id, inc, first_seq,
-                                                            done_ts_us, v.frontier, cls))
+        st = self.state(key)
+        last = st.last_pushed
+        if (last is not None and last.first_offset + last.count == first_offset and last.writer_id == writer_id
+                and last.inc == inc and last.first_seq + last.count == first_seq and last.done_ts_us == done_ts_us
+                and last.late_below == v.frontier and last.cls == cls):
+            last.count += count  # the writes right after it (a transaction's, one by one): one run
+            return
+        st.last_pushed = ExpectedRun(first_offset, count, writer_id, inc, first_seq, done_ts_us, v.frontier, cls)
+        heapq.heappush(st.pending, st.last_pushed)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -217,6 +224,7 @@ class AckedWritesFamily:
         out: list[Violation] = []
         while st.pending and st.pending[0].first_offset < v.frontier:
             run = heapq.heappop(st.pending)
+            st.last_pushed = None
             i = 0
             while i < run.count:
                 off = run.first_offset + i

@@ -359,11 +359,21 @@ class Checker(TopicLifecycle):
     def _read_run(self, key: ViewKey, v: PartitionView, other: PartitionView | None, run: ReadRun) -> None:
         """A run of first reads: kept whole when nothing about it needs a record-by-record look
         (:meth:`_plain_run`), which is exactly when each of its records, read alone, would change
-        nothing but the view, the writer's highest seq and the records checked; else read one by one."""
+        nothing but the view, the writer's highest seq, the records checked and what its
+        transaction's family learns of each (told record by record); else read one by one."""
         if run.offset >= v.frontier and self._plain_run(key, v, other, run):
             v.record_run(run.offset, run.count, run.writer_id, run.inc, run.seq)
             self.sequence.on_plain_run(key, (run.writer_id, run.inc), run.seq + run.count - 1, run.last_offset)
             self.records_checked[key.iso] += run.count
+            if run.txn_id:  # what its transaction's records tell, as one by one
+                tkey = TxnKey(run.writer_id, run.inc, run.txn_id)
+                for r in run.reads():
+                    wkey = WriteKey(key.topic_id, key.partition, *r.ident)
+                    self.sink.extend(self.txns.on_read(key.iso, tkey, wkey, r.offset, r.intended_abort, r.txn_size,
+                                                       r.txn_index))
+                    if key.iso is RC:
+                        self.cycles.on_read(tkey, key.topic_id, key.partition, r.offset, r.intended_abort,
+                                            r.txn_size, r.txn_index)
             return
         for r in run.reads():
             if r.offset >= v.frontier:

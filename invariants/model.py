@@ -76,15 +76,21 @@ class Read:
 @dataclass(frozen=True, slots=True)
 class ReadRun:
     """Records one reader returned one after another, as one: ``count`` canary records of one writer
-    incarnation outside transactions, ``(writer_id, inc, seq + i)`` at ``offset + i`` — what the
-    executors send for most of a partition (:mod:`monitor.watch.executor`). Judged exactly as its
-    records one by one (:meth:`invariants.checker.Checker.apply_reads`)."""
+    incarnation, ``(writer_id, inc, seq + i)`` at ``offset + i`` — what the executors send for most
+    of a partition (:mod:`monitor.watch.executor`). Outside transactions (``txn_id`` 0), or all of
+    one transaction with the same flag and header size, record ``i``'s header index ``txn_index +
+    i * txn_step``. Judged exactly as its records one by one (:meth:`invariants.checker.Checker.apply_reads`)."""
 
     offset: int
     count: int
     writer_id: int
     inc: int
     seq: int
+    txn_id: int = 0
+    intended_abort: bool = False
+    txn_size: int = 0
+    txn_index: int = 0
+    txn_step: int = 0
 
     @property
     def last_offset(self) -> int:
@@ -96,7 +102,8 @@ class ReadRun:
         return (self.writer_id, self.inc, self.seq)
 
     def reads(self) -> list[Read]:
-        return [Read(self.offset + i, (self.writer_id, self.inc, self.seq + i)) for i in range(self.count)]
+        return [Read(self.offset + i, (self.writer_id, self.inc, self.seq + i), self.txn_id, self.intended_abort,
+                     self.txn_size, self.txn_index + i * self.txn_step) for i in range(self.count)]
 
 
 def one_by_one(reads: Iterable["Read | ReadRun"]) -> list[Read]:
@@ -110,30 +117,37 @@ def one_by_one(reads: Iterable["Read | ReadRun"]) -> list[Read]:
     return out
 
 
-def in_runs(reads: Iterable[Read]) -> list["Read | ReadRun"]:
-    """Reads in offset order with every stretch of two or more plain ones (canary, outside
-    transactions) of one writer incarnation at consecutive offsets and seqs as one run."""
+def in_runs(reads: Iterable[Read], single_runs: bool = False) -> list["Read | ReadRun"]:
+    """Reads in offset order with every stretch of two or more canary ones of one writer
+    incarnation at consecutive offsets and seqs, outside transactions or of one transaction (same
+    flag and size, indexes a constant step apart), as one run (``single_runs``: a canary read
+    alone too, as the driver hands them over)."""
     out: list[Read | ReadRun] = []
     group: list[Read] = []
 
     def flush() -> None:
-        if len(group) > 1:
+        if len(group) > 1 or (group and single_runs):
             first = group[0]
-            out.append(ReadRun(first.offset, len(group), first.ident[0], first.ident[1], first.ident[2]))
+            step = group[1].txn_index - first.txn_index if len(group) > 1 else 0
+            out.append(ReadRun(first.offset, len(group), first.ident[0], first.ident[1], first.ident[2],
+                               first.txn_id, first.intended_abort, first.txn_size, first.txn_index, step))
         else:
             out.extend(group)
         group.clear()
 
     for r in reads:
-        plain = is_canary(r.ident) and not r.txn_id and not r.intended_abort and not r.txn_size and not r.txn_index
-        if group and plain:
+        canary = is_canary(r.ident)
+        if group and canary:
             last = group[-1]
             if (r.offset == last.offset + 1 and r.ident[0] == last.ident[0] and r.ident[1] == last.ident[1]
-                    and r.ident[2] == last.ident[2] + 1):
+                    and r.ident[2] == last.ident[2] + 1 and r.txn_id == last.txn_id
+                    and r.intended_abort == last.intended_abort and r.txn_size == last.txn_size
+                    and (r.txn_id or (r.txn_index, last.txn_index) == (0, 0))
+                    and (len(group) < 2 or r.txn_index - last.txn_index == group[1].txn_index - group[0].txn_index)):
                 group.append(r)
                 continue
         flush()
-        if plain:
+        if canary:
             group.append(r)
         else:
             out.append(r)

@@ -23,20 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import psutil
 from confluent_kafka import KafkaError, TopicPartition
 
-from invariants.ledger_format import Intent, OutcomeRun, Outcomes, Start, Stop, WriteOutcome, WriteRange, WriterSettings
-from monitor import client_config, clients, record_format
-from monitor.canary.runner import open_ledger, prepare_topics
-from monitor.config import Config
-from monitor.identity import claim
-from monitor.ledger import now_us
+from monitor import clients
+from monitor.canary.runner import WriterThread, open_writer, prepare_topics
+from monitor.config import Config, WriterConfig
 
-RECORD_SIZE = 100
-CHUNK = 50_000
-_SEQ_AT = record_format.HEADER_DTYPE.fields["seq"][1]  # byte offset of the big-endian u64 seq
 NOOP_PROGRESS_KEPT = 100_000  # triggers of the no-op query whose progress Spark keeps (default 100)
 
 
@@ -119,84 +112,54 @@ class PeakRss:
                 "cpu_s_per_m_reads": round(self.cpu_seconds / max(reads, 1) * 1e6, 2)}
 
 
-def _values(writer_id: int, inc: int, first_seq: int, count: int) -> list[bytes]:
-    header = np.zeros(count, dtype=record_format.HEADER_DTYPE)
-    header["magic"], header["version"] = record_format.MAGIC, record_format.VERSION
-    header["writer_id"], header["incarnation"] = writer_id, inc
-    header["seq"] = np.arange(first_seq, first_seq + count, dtype=np.uint64)
-    header["produce_ts_us"] = now_us()
-    header["padding_len"] = RECORD_SIZE - record_format.HEADER_SIZE
-    rows = np.zeros((count, RECORD_SIZE), dtype=np.uint8)
-    rows[:, :record_format.HEADER_SIZE] = header.view(np.uint8).reshape(count, record_format.HEADER_SIZE)
-    buf = rows.tobytes()
-    return [buf[i * RECORD_SIZE:(i + 1) * RECORD_SIZE] for i in range(count)]
+BENCH_WRITERS = 3  # idempotent writers pre-filling side by side, and one transactional writer
+TXN_SIZE = 100  # records per transaction of the pre-fill's transactional writer
+
+
+def prefill_writers(cfg: Config, records: int) -> list[tuple[WriterConfig, int]]:
+    """The pre-fill: :data:`BENCH_WRITERS` idempotent writers and one transactional writer, the
+    canary's own writers at full speed, interleaving in the log as real ones do. The transactional
+    writer writes the share of records the default composition gives it (the configured writers'
+    rates: 40 of 240 by default), in transactions of :data:`TXN_SIZE` records (the default 4 would
+    make the pre-fill slow), aborting as configured; the others split the rest."""
+    txn = next((w for w in cfg.writers if w.transactional), None)
+    plain = next((w for w in cfg.writers if not w.transactional), None)
+    total_rate = sum(w.rate for w in cfg.writers) or 1.0
+    txn_records = round(records * txn.rate / total_rate) if txn is not None else 0
+    base = plain or WriterConfig(name="idempotent")
+    out = [(base.model_copy(update={"name": f"bench-{i}", "rate": 0.0}), (records - txn_records) // BENCH_WRITERS
+            + (1 if i < (records - txn_records) % BENCH_WRITERS else 0)) for i in range(BENCH_WRITERS)]
+    if txn is not None:
+        out.append((txn.model_copy(update={"name": "bench-txn", "rate": 0.0, "transaction": txn.transaction.model_copy(
+            update={"size": TXN_SIZE})}), txn_records))
+    return out
 
 
 def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
-    """Fill the canary topic up to ``records`` honest canary records (with their ledger)."""
-    info = prepare_topics(cfg).canary
+    """Fill the canary topic with ``records`` canary records (and their ledger) once: the canary's
+    own writers (:func:`prefill_writers`) side by side, at full speed."""
+    topics = prepare_topics(cfg)
     probe = clients.consumer(cfg, "read_uncommitted", group="vigil-bench")
     have = sum(probe.get_watermark_offsets(TopicPartition(cfg.canary.name, p), timeout=10)[1]
-               for p in range(info.partitions))
+               for p in range(topics.canary.partitions))
     probe.close()
     if have >= records:
-        progress(f"{cfg.canary.name} already holds {have} records")
+        progress(f"{cfg.canary.name} already holds {have} offsets")
         return have
-    identity = claim(cfg.state_dir, f"{cfg.resolved_instance_id()}-bench")
-    try:
-        ledger = open_ledger(cfg, identity)
-        ledger.append(Start(info.name, info.topic_id, info.partitions, WriterSettings(name="bench", role="bench")),
-                      sync=True)
-        producer = clients.producer(client_config.bench_producer(cfg), "bench", cfg)
-        seq = [0] * info.partitions
-        written, started = have, time.monotonic()
-        while written < records:
-            p = (written // CHUNK) % info.partitions
-            n = min(CHUNK, records - written)
-            first = seq[p]
-            seq[p] += n
-            ledger.append(Intent(info.topic_id, (WriteRange(p, first, n),)), sync=True)
-            offsets = np.full(n, -1, dtype=np.int64)
-
-            def delivered(err: KafkaError | None, msg: Any, offsets: np.ndarray = offsets, first: int = first) -> None:
-                if err is None:
-                    offsets[int.from_bytes(msg.value()[_SEQ_AT:_SEQ_AT + 8], "big") - first] = msg.offset()
-
-            send_ts = now_us()
-            for value in _values(identity.writer_id, identity.incarnation, first, n):
-                while True:
-                    try:
-                        producer.produce(cfg.canary.name, value=value, partition=p, on_delivery=delivered)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-            producer.flush()
-            ledger.append(Outcomes(info.topic_id, _runs(p, first, offsets, send_ts)))
-            written += n
-            progress(f"prefill: {written}/{records} records ({(written - have) / (time.monotonic() - started):,.0f}/s)")
-        ledger.append(Stop(), sync=True)
-        ledger.sync()
-        return written
-    finally:
-        identity.release()
-
-
-def _runs(p: int, first: int, offsets: np.ndarray, ts: int) -> tuple[OutcomeRun, ...]:
-    runs: list[OutcomeRun] = []
-    done = now_us()
-    i = 0
-    while i < len(offsets):
-        j = i + 1
-        if offsets[i] < 0:
-            while j < len(offsets) and offsets[j] < 0:
-                j += 1
-            runs.append(OutcomeRun(p, first + i, j - i, WriteOutcome.INDETERMINATE, -1, ts, done, "no delivery report"))
-        else:
-            while j < len(offsets) and offsets[j] == offsets[j - 1] + 1:
-                j += 1
-            runs.append(OutcomeRun(p, first + i, j - i, WriteOutcome.ACKED, int(offsets[i]), ts, done))
-        i = j
-    return tuple(runs)
+    stop = threading.Event()
+    threads = [WriterThread(open_writer(cfg, w, topics, instance_id=f"{cfg.resolved_instance_id()}-{cfg.canary.name}-{w.name}"),
+                            stop, max_records=n) for w, n in prefill_writers(cfg, records) if n]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        time.sleep(2.0)
+        done = sum(t.writer.planned for t in threads)
+        progress(f"prefill: {done}/{records} records ({done / (time.monotonic() - started):,.0f}/s)")
+    failed = [t for t in threads if t.error is not None]
+    if failed:
+        raise RuntimeError(f"prefill writer {failed[0].writer.cfg.name} failed: {failed[0].error}") from failed[0].error
+    return sum(t.writer.planned for t in threads)
 
 
 def bare_consumer(cfg: Config, partitions: int) -> int:
@@ -281,6 +244,8 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             result.figures["checker"] = {
                 **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 3),
                 "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
+                "reads_per_row": round(n / max(runtime.rows_in, 1), 1),  # what the executors' runs saved the driver
+                "batch_seconds": {k: round(v, 1) for k, v in sorted(runtime.batch_seconds.items())},
             }
     finally:
         if spark is not None:

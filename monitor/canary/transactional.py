@@ -81,7 +81,7 @@ class TransactionalWriter(CanaryWriter):
     def step(self, due: int, stop: threading.Event) -> None:
         if not self._init_transactions(stop):
             return
-        size = self.cfg.transaction.size
+        size = min(self.cfg.transaction.size, due)  # (smaller only for the last of a run with max_records)
         writes = self.plan(size)
         self.txn_seq += 1
         abort = self.rng.random() < self.cfg.transaction.abort_ratio

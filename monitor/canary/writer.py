@@ -324,12 +324,14 @@ class CanaryWriter(TopicFollowing, AckChecking):
                     owed = int(self.cfg.rate * elapsed) - self.planned
                 else:
                     owed = MAX_BATCH
+                step = per_step
                 if max_records is not None:
                     owed = min(owed, max_records - self.planned)
-                if owed >= per_step:
+                    step = min(per_step, max_records - self.planned)  # the last transaction may be smaller
+                if owed >= step:
                     self._replace_producer_if_fatal()
                     try:
-                        self.step(min(owed, MAX_BATCH) if per_step == 1 else per_step, stop)
+                        self.step(min(owed, MAX_BATCH) if per_step == 1 else step, stop)
                     except LedgerError:
                         if stop.is_set():
                             break

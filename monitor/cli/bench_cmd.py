@@ -31,20 +31,21 @@ def bench(
     `--rate` writes/s and reports produce-to-checked latency and, over `--drills` drills, the
     detection latency (drill written to counter moved on /metrics), p50 and p99.
 
-    The topic is `vigil-bench-<records>` (replication factor 1, its own ledger), filled once on
-    the configured cluster or the local one (started if needed). Machines are noisy: compare
-    the ratios of one run, and repeat for medians.
+    The topic is `vigil-bench-<records>-mixed` (replication factor 1, its own ledger), filled once
+    on the configured cluster or the local one (started if needed) by three idempotent writers and
+    a transactional one side by side, as fast as they go. Machines are noisy: compare the ratios of
+    one run, and repeat for medians.
     """
     from monitor.bench import run_bench
     from monitor.config import own_application_canaries
     from monitor.cluster.access import up_for
 
     cfg = load_config(config)
-    names = own_application_canaries(f"vigil-bench-{records}")  # (the copy keeps the derived ones)
+    topic = f"vigil-bench-{records}-mixed"  # (the pre-fill of earlier versions was one writer: a new name)
+    names = own_application_canaries(topic)  # (the copy keeps the derived ones)
     cfg = cfg.model_copy(update={
-        "canary": cfg.canary.model_copy(update={"name": f"vigil-bench-{records}", "replication_factor": 1,
-                                                "min_insync_replicas": 1}),
-        "ledger": cfg.ledger.model_copy(update={"topic": f"vigil-bench-{records}-ledger"}),
+        "canary": cfg.canary.model_copy(update={"name": topic, "replication_factor": 1, "min_insync_replicas": 1}),
+        "ledger": cfg.ledger.model_copy(update={"topic": f"{topic}-ledger"}),
         "groups": cfg.groups.model_copy(update=names["groups"]),
         "eos": cfg.eos.model_copy(update=names["eos"]),
     })

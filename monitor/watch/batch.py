@@ -189,14 +189,12 @@ def _items(part: pa.Table, stats: BatchStats) -> list[Read | ReadRun]:
     flags = part.column("flags").to_pylist()
     size, index = part.column("txn_size").to_pylist(), part.column("txn_index").to_pylist()
     digest, length = part.column("digest").to_pylist(), part.column("length").to_pylist()
+    step = part.column("txn_step").to_pylist()
     items: list[Read | ReadRun] = []
     for i, k in enumerate(kind):
         if k == KIND_CANARY:
-            if count[i] > 1:
-                items.append(ReadRun(offsets[i], count[i], wid[i], inc[i], seq[i]))
-            else:
-                items.append(Read(offsets[i], (wid[i], inc[i], seq[i]), txn[i], bool(flags[i] & FLAG_INTENDED_ABORT),
-                                  size[i], index[i]))
+            items.append(ReadRun(offsets[i], count[i], wid[i], inc[i], seq[i], txn[i],
+                                 bool(flags[i] & FLAG_INTENDED_ABORT), size[i], index[i], step[i]))
         else:
             stats.malformed[KIND_NAMES[k]] += 1
             items.append(Read(offsets[i], ("x", digest[i], length[i])))

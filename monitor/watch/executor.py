@@ -4,11 +4,12 @@
 Kafka sources, one Spark partition (one offset range of one topic-partition of one reader) at a
 time, in offset order, with no shuffle. Only a few rows per producer batch leave it:
 
-- a **run** row for every stretch of plain canary records (outside transactions) of one writer
-  incarnation at consecutive offsets with consecutive seqs: its first offset, ``count``, and the
-  first record's decoded header (:class:`invariants.model.ReadRun` on the driver);
-- a row per other canary record (transactional ones carry their transaction id, flags, size and
-  index), and per record that is not a well-formed canary one: its kind (``foreign`` without the
+- a **run** row for every stretch of canary records of one writer incarnation at consecutive
+  offsets with consecutive seqs, outside transactions or of one transaction (same intended-abort
+  flag and header size, indexes ``txn_step`` apart): its first offset, ``count``, and the first
+  record's decoded header (:class:`invariants.model.ReadRun` on the driver); a canary record
+  alone is a run of one;
+- a row per record that is not a well-formed canary one: its kind (``foreign`` without the
   magic bytes, ``malformed`` with them) and its identity, the CRC-32 and length of the whole value
   (:func:`invariants.model.foreign_ident`);
 - **latency** rows (``kind`` :data:`KIND_LATENCY`): how many canary records were how old when
@@ -49,6 +50,7 @@ DECODED_FIELDS = (
     ("seq", pa.int64(), "bigint"), ("produce_ts_us", pa.int64(), "bigint"), ("txn_id", pa.int64(), "bigint"),
     ("flags", pa.int16(), "smallint"), ("txn_size", pa.int32(), "int"), ("txn_index", pa.int32(), "int"),
     ("digest", pa.int64(), "bigint"), ("length", pa.int32(), "int"), ("count", pa.int32(), "int"),
+    ("txn_step", pa.int32(), "int"),
 )
 DECODED_SCHEMA = pa.schema([(name, typ) for name, typ, _ in DECODED_FIELDS])
 DECODED_DDL = ", ".join(f"`{name}` {ddl}" for name, _, ddl in DECODED_FIELDS)
@@ -81,25 +83,34 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordB
     ts = batch.column("ts_us") if "ts_us" in batch.schema.names else pa.nulls(n, pa.int64())
     kind = cols["kind"]
     canary = kind == KIND_CANARY
-    plain = canary & (cols["txn_id"] == 0) & ((cols["flags"] & FLAG_INTENDED_ABORT) == 0)
+    abort = (cols["flags"] & FLAG_INTENDED_ABORT) != 0
     seq = unsigned(cols["seq"])
+    index = cols["txn_index"].astype(np.int64)
     follows = np.zeros(n, dtype=bool)  # row i continues the run of row i - 1
     if n > 1:
-        follows[1:] = (plain[1:] & plain[:-1] & (src[1:] == src[:-1]) & (partition[1:] == partition[:-1])
+        follows[1:] = (canary[1:] & canary[:-1] & (src[1:] == src[:-1]) & (partition[1:] == partition[:-1])
                        & (offset[1:] == offset[:-1] + 1) & (cols["writer_id"][1:] == cols["writer_id"][:-1])
                        & (cols["incarnation"][1:] == cols["incarnation"][:-1])
-                       & (seq[:-1] != np.uint64(2**64 - 1)) & (seq[1:] == seq[:-1] + np.uint64(1)))
+                       & (seq[:-1] != np.uint64(2**64 - 1)) & (seq[1:] == seq[:-1] + np.uint64(1))
+                       & (cols["txn_id"][1:] == cols["txn_id"][:-1]) & (abort[1:] == abort[:-1])
+                       & (cols["txn_size"][1:] == cols["txn_size"][:-1]))
         if follows.any():  # (one topic per Spark partition: compared only where the rest says a run goes on)
             same_topic = pc.equal(topic.slice(1), topic.slice(0, n - 1)).to_numpy(zero_copy_only=False)
             follows[1:] &= same_topic
+        if n > 2:  # a transaction's indexes a constant step apart: the step into row i as the one into i - 1
+            step = np.diff(index)
+            follows[2:] &= ~follows[1:-1] | (step[1:] == step[:-1])
     starts = np.flatnonzero(~follows)
     counts = np.diff(np.append(starts, n)).astype(np.int32)
+    steps = np.zeros(len(starts), dtype=np.int32)
+    longer = counts > 1
+    steps[longer] = (index[starts[longer] + 1] - index[starts[longer]]).astype(np.int32)
     kept = pc.if_else(pa.array(ledger[starts]), values.take(starts).cast(pa.binary()), pa.scalar(None, pa.binary())) \
         if ledger.any() else pa.nulls(len(starts), pa.binary())
     arrays = [pa.array(src[starts], pa.int8()), topic.take(starts), pa.array(partition[starts], pa.int32()),
               pa.array(offset[starts], pa.int64()), ts.take(starts).cast(pa.int64()), kept]
-    arrays += [pa.array(cols[name][starts], typ) for name, typ, _ in DECODED_FIELDS[6:-1]]
-    arrays.append(pa.array(counts, pa.int32()))
+    arrays += [pa.array(cols[name][starts], typ) for name, typ, _ in DECODED_FIELDS[6:-2]]
+    arrays += [pa.array(counts, pa.int32()), pa.array(steps, pa.int32())]
     rows = pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
     latency = _latency_rows(src[canary], now_us - unsigned(cols["produce_ts_us"])[canary].astype(np.int64), now_us)
     return rows if latency is None else pa.concat_batches([rows, latency])

@@ -80,6 +80,7 @@ class WatchRuntime:
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
         self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
+        self.rows_in = 0  # rows the micro-batches brought to the driver (runs, single records, latency rows...)
         self.trigger_seconds: Counter[str] = Counter()  # part of Spark's triggers -> seconds since start
         self.triggers = 0
         self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic,
@@ -169,6 +170,7 @@ class WatchRuntime:
                 st.batch_id = batch_id
                 st.last_batch_at = time.time()
                 self._persist(batch_id, violations)
+                self.rows_in += table.num_rows
                 for phase, secs in (("fetch", fetched - started), ("check", checked - fetched),
                                     ("persist", time.monotonic() - checked)):
                     self.batch_seconds[phase] += secs

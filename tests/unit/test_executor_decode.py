@@ -87,23 +87,27 @@ def _kafka_rows(src: int, partition: int, offsets: list[int], vals: list) -> pa.
         "ts_us": pa.array([0] * n, pa.int64())})
 
 
-def test_runs_span_one_writer_s_consecutive_seqs_at_consecutive_offsets_outside_transactions():
+def test_runs_span_one_writer_s_consecutive_seqs_at_consecutive_offsets_outside_or_inside_one_transaction():
     def canary(w: int, seq: int, **kw) -> bytes:
         return rf.encode(rf.CanaryRecord(w, 1, seq, 5, **kw), 60)
+
+    def txn(seq: int, txn_id: int, index: int) -> bytes:
+        return canary(3, seq, txn_id=txn_id, txn_size=9, txn_index=index, flags=rf.FLAG_TRANSACTIONAL)
 
     vals = [canary(1, 0), canary(1, 1), canary(1, 2),  # a run of three
             canary(2, 7),  # another writer: alone
             canary(1, 3), canary(1, 5),  # a seq skipped: two runs of one
-            canary(3, 0, txn_id=9, txn_size=2, txn_index=0, flags=rf.FLAG_TRANSACTIONAL),  # in a transaction:
-            canary(3, 1, txn_id=9, txn_size=2, txn_index=1, flags=rf.FLAG_TRANSACTIONAL),  # one by one
+            txn(0, 9, 0), txn(1, 9, 3), txn(2, 9, 6),  # one transaction, indexes 3 apart: a run
+            txn(3, 10, 0), txn(4, 10, 1), txn(5, 10, 3),  # the next transaction; its step changes
             b"junk", canary(4, 2**64 - 1), canary(4, 0)]  # the highest seq does not run on into 0
-    out = ex.decode_batch(_kafka_rows(1, 0, list(range(10, 21)), vals), now_us=10)
+    out = ex.decode_batch(_kafka_rows(1, 0, list(range(10, 10 + len(vals))), vals), now_us=10)
     rows = out.filter(pa.compute.not_equal(out.column("kind"), ex.KIND_LATENCY))
-    assert rows.column("offset").to_pylist() == [10, 13, 14, 15, 16, 17, 18, 19, 20]
-    assert rows.column("count").to_pylist() == [3, 1, 1, 1, 1, 1, 1, 1, 1]
-    assert ex.unsigned(rows.column("writer_id").to_numpy()).tolist() == [1, 2, 1, 1, 3, 3, 0, 4, 4]
+    assert rows.column("offset").to_pylist() == [10, 13, 14, 15, 16, 19, 21, 22, 23, 24]
+    assert rows.column("count").to_pylist() == [3, 1, 1, 1, 3, 2, 1, 1, 1, 1]
+    assert rows.column("txn_step").to_pylist() == [0, 0, 0, 0, 3, 1, 0, 0, 0, 0]
+    assert ex.unsigned(rows.column("writer_id").to_numpy()).tolist() == [1, 2, 1, 1, 3, 3, 3, 0, 4, 4]
     latency = out.filter(pa.compute.equal(out.column("kind"), ex.KIND_LATENCY))
-    assert sum(latency.column("count").to_pylist()) == 10  # every canary record, runs or not
+    assert sum(latency.column("count").to_pylist()) == 14  # every canary record, in runs or not
 
 
 @settings(max_examples=200, deadline=None)

@@ -84,17 +84,23 @@ def test_a_long_clean_run_is_kept_whole():
     assert len(placed) > 200 and len(placed._by_ident) < 20
 
 
-def test_in_runs_groups_plain_stretches_only():
+def test_in_runs_groups_stretches_of_one_writer_outside_or_inside_one_transaction():
     reads = [Read(0, (1, 1, 0)), Read(1, (1, 1, 1)), Read(2, (1, 1, 2)),  # a run
              Read(3, (2, 1, 0)),  # alone
              Read(4, (1, 1, 4)), Read(6, (1, 1, 5)),  # offsets not consecutive
-             Read(7, (3, 1, 0), txn_id=5), Read(8, (3, 1, 1), txn_id=5),  # transactional: one by one
-             Read(9, ("x", 7, 3)), Read(10, (4, 1, 9)), Read(11, (4, 1, 10))]
+             Read(7, (3, 1, 0), txn_id=5, txn_size=6, txn_index=0), Read(8, (3, 1, 1), txn_id=5, txn_size=6,
+                                                                          txn_index=3),  # one transaction's
+             Read(9, (3, 1, 2), txn_id=6, txn_size=6, txn_index=0),  # the next transaction: another run
+             Read(10, (3, 1, 3), txn_id=6, txn_size=6, txn_index=3), Read(11, (3, 1, 4), txn_id=6, txn_size=6,
+                                                                           txn_index=4),  # the step changed
+             Read(12, ("x", 7, 3)), Read(13, (4, 1, 9)), Read(14, (4, 1, 10))]
     got = in_runs(reads)
     assert got == [ReadRun(0, 3, 1, 1, 0), Read(3, (2, 1, 0)), Read(4, (1, 1, 4)), Read(6, (1, 1, 5)),
-                   Read(7, (3, 1, 0), txn_id=5), Read(8, (3, 1, 1), txn_id=5), Read(9, ("x", 7, 3)),
-                   ReadRun(10, 2, 4, 1, 9)]
+                   ReadRun(7, 2, 3, 1, 0, 5, False, 6, 0, 3), ReadRun(9, 2, 3, 1, 2, 6, False, 6, 0, 3),
+                   Read(11, (3, 1, 4), txn_id=6, txn_size=6, txn_index=4), Read(12, ("x", 7, 3)),
+                   ReadRun(13, 2, 4, 1, 9)]
     assert one_by_one(got) == reads
+    assert in_runs(reads[3:4], single_runs=True) == [ReadRun(3, 1, 2, 1, 0)]
 
 
 # -- through the executors' code, on real Arrow batches -------------------------------------

@@ -157,6 +157,17 @@ def test_transactional_writer_records_intents_and_outcomes():
     assert prods[0].txn_calls[0] == "init"
 
 
+def test_a_transactional_writer_asked_for_a_count_its_transactions_do_not_divide_writes_exactly_that_many():
+    cfg = WriterConfig(name="t", transactional=True, rate=0, transaction={"size": 4})
+    log = {}
+    ledger = LedgerWriter(FakeProducer(log), "ledger", "inst", 99, 1)
+    w = TransactionalWriter(cfg, TOPIC, WriterIdentity("inst", 1, 99), ledger, lambda _cb: FakeTxnProducer(log),
+                            rng=random.Random(1))
+    w.run(threading.Event(), max_records=10)  # it waited forever for 2 records to make a transaction of 4
+    book = _book(log)
+    assert w.planned == 10 and sorted(len(t.writes) for t in book.txns.values()) == [2, 4, 4]
+
+
 def test_commit_that_never_returns_is_indeterminate_and_producer_renewed():
     cfg = WriterConfig(name="t", transactional=True, rate=0, transaction={"abort_ratio": 0.0, "size": 2})
     log = {}
