@@ -60,7 +60,7 @@ from invariants.ledger_format import (
     WriteOutcome, WriterSettings,
 )
 from invariants.ledger_events import (  # noqa: F401 - the events are part of the fold's contract
-    AckedRun, UnconfirmedRun, TxnWriteIntended, TxnWriteAcked, TxnWriteDecided, TxnDecided, EntriesMissing,
+    AckedRun, UnconfirmedRun, TxnWritesIntended, TxnWritesAcked, TxnWriteDecided, TxnDecided, EntriesMissing,
     WriterClassified, TopicObserved, TopicReplaced, TopicRetired, LedgerEvent,
 )
 from invariants.model import TxnKey, WriteKey
@@ -263,8 +263,8 @@ class LedgerFold:
         for t in body.open_txns:
             tkey = TxnKey(w.writer_id, w.inc, t.id)
             w.open_txns.add(tkey)
-            events.extend(TxnWriteIntended(WriteKey(body.topic_id, r.partition, w.writer_id, w.inc, s), tkey, w.cls)
-                          for r in t.writes for s in range(r.first_seq, r.first_seq + r.count))
+            events.extend(TxnWritesIntended(body.topic_id, r.partition, w.writer_id, w.inc, r.first_seq, r.count, tkey,
+                                            w.cls) for r in t.writes)
         return events
 
     def _intent(self, w: WriterCursor, body: Intent, ts_us: int) -> list[LedgerEvent]:
@@ -277,8 +277,8 @@ class LedgerFold:
             w.pending.setdefault((body.topic_id, r.partition), []).append(
                 PendingRange(r.first_seq, r.first_seq + r.count, ts_us, tkey, w.cls))
             if tkey:
-                events.extend(TxnWriteIntended(WriteKey(body.topic_id, r.partition, w.writer_id, w.inc, s), tkey,
-                                               w.cls) for s in range(r.first_seq, r.first_seq + r.count))
+                events.append(TxnWritesIntended(body.topic_id, r.partition, w.writer_id, w.inc, r.first_seq, r.count,
+                                                tkey, w.cls))
         return events
 
     def _outcomes(self, w: WriterCursor, body: Outcomes, ts_us: int) -> list[LedgerEvent]:
@@ -307,10 +307,12 @@ class LedgerFold:
                         events.append(UnconfirmedRun(tid, p, w.writer_id, w.inc, piece.first,
                                                      piece.end - piece.first))
                     continue
-                for s in range(piece.first, piece.end):
-                    wkey = WriteKey(tid, p, w.writer_id, w.inc, s)
-                    events.append(TxnWriteAcked(wkey, run.first_offset + s - first, piece.txn, ts_us,
-                                                piece.cls) if acked else TxnWriteDecided(wkey, piece.txn, piece.cls))
+                if acked:
+                    events.append(TxnWritesAcked(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
+                                                 run.first_offset + piece.first - first, piece.txn, ts_us, piece.cls))
+                    continue
+                events.extend(TxnWriteDecided(WriteKey(tid, p, w.writer_id, w.inc, s), piece.txn, piece.cls)
+                              for s in range(piece.first, piece.end))
         return events
 
     @staticmethod

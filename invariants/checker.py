@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from invariants.accounting import (
     AckedRun, EntriesMissing, LedgerEvent, LedgerFold, TopicObserved, TopicReplaced, TopicRetired, TxnDecided,
-    TxnWriteAcked, TxnWriteDecided, TxnWriteIntended, UnconfirmedRun, WriterClassified,
+    TxnWritesAcked, TxnWriteDecided, TxnWritesIntended, UnconfirmedRun, WriterClassified,
 )
 from invariants.acked_writes import AckedWritesFamily
 from invariants import checker_doc
@@ -367,13 +367,9 @@ class Checker(TopicLifecycle):
             self.records_checked[key.iso] += run.count
             if run.txn_id:  # what its transaction's records tell, as one by one
                 tkey = TxnKey(run.writer_id, run.inc, run.txn_id)
-                for r in run.reads():
-                    wkey = WriteKey(key.topic_id, key.partition, *r.ident)
-                    self.sink.extend(self.txns.on_read(key.iso, tkey, wkey, r.offset, r.intended_abort, r.txn_size,
-                                                       r.txn_index))
-                    if key.iso is RC:
-                        self.cycles.on_read(tkey, key.topic_id, key.partition, r.offset, r.intended_abort,
-                                            r.txn_size, r.txn_index)
+                self.sink.extend(self.txns.on_read_run(key.iso, tkey, key.topic_id, key.partition, run))
+                if key.iso is RC:
+                    self.cycles.on_read_run(tkey, key.topic_id, key.partition, run)
             return
         for r in run.reads():
             if r.offset >= v.frontier:
@@ -544,13 +540,14 @@ class Checker(TopicLifecycle):
             for iso in (RU, RC):
                 self._expect(iso, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc,
                              ev.first_seq, ev.done_ts_us, ev.cls)
-        elif isinstance(ev, TxnWriteAcked):
-            w = ev.write
-            self._acked_at(w.writer_id, w.inc, w.topic_id, w.partition, ev.offset, ev.offset)
-            self._expect(RU, w.topic_id, w.partition, ev.offset, 1, w.writer_id, w.inc, w.seq, ev.done_ts_us, ev.cls)
+        elif isinstance(ev, TxnWritesAcked):  # (as each write acked one after another)
+            last = ev.first_offset + ev.count - 1
+            self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset, last)
+            self._expect(RU, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc, ev.first_seq,
+                         ev.done_ts_us, ev.cls)
             if self.txns.on_acked(ev):
-                self._expect(RC, w.topic_id, w.partition, ev.offset, 1, w.writer_id, w.inc, w.seq, ev.done_ts_us,
-                             ev.cls)
+                self._expect(RC, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc,
+                             ev.first_seq, ev.done_ts_us, ev.cls)
         elif isinstance(ev, UnconfirmedRun):
             if ev.topic_id in self.topics.gone:
                 return
@@ -559,8 +556,8 @@ class Checker(TopicLifecycle):
                 top = self.sequence.max_seq.get(key, {}).get((ev.writer_id, ev.inc))
                 self.unconfirmed.expect(key, self.view(*key), (ev.writer_id, ev.inc), ev.first_seq, ev.count,
                                         None if top is None else top[0])
-        elif isinstance(ev, TxnWriteIntended):
-            self.txns.on_intended(ev.write, ev.txn, ev.cls)
+        elif isinstance(ev, TxnWritesIntended):
+            self.txns.on_intended(ev)
         elif isinstance(ev, TxnWriteDecided):
             self.txns.on_write_decided(ev.write, ev.txn, ev.cls)
         elif isinstance(ev, TxnDecided):

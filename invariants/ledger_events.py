@@ -40,19 +40,41 @@ class UnconfirmedRun:
 
 
 @dataclass(frozen=True, slots=True)
-class TxnWriteIntended:
-    write: WriteKey
+class TxnWritesIntended:
+    """A transaction's writes ``first_seq .. first_seq + count - 1`` of one partition, intended."""
+
+    topic_id: str
+    partition: int
+    writer_id: int
+    inc: int
+    first_seq: int
+    count: int
     txn: TxnKey
     cls: WriteClass = UNKNOWN_CLASS
+
+    def writes(self) -> list[WriteKey]:
+        return [WriteKey(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq + i)
+                for i in range(self.count)]
 
 
 @dataclass(frozen=True, slots=True)
-class TxnWriteAcked:
-    write: WriteKey
-    offset: int
+class TxnWritesAcked:
+    """A transaction's writes ``first_seq + i`` of one partition, acknowledged at ``first_offset + i``."""
+
+    topic_id: str
+    partition: int
+    writer_id: int
+    inc: int
+    first_seq: int
+    count: int
+    first_offset: int
     txn: TxnKey
     done_ts_us: int
     cls: WriteClass = UNKNOWN_CLASS
+
+    def writes(self) -> list[tuple[WriteKey, int]]:
+        return [(WriteKey(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq + i),
+                 self.first_offset + i) for i in range(self.count)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,5 +139,5 @@ class TopicRetired:
     topic_id: str
 
 
-LedgerEvent = Union[AckedRun, UnconfirmedRun, TxnWriteIntended, TxnWriteAcked, TxnWriteDecided, TxnDecided,
+LedgerEvent = Union[AckedRun, UnconfirmedRun, TxnWritesIntended, TxnWritesAcked, TxnWriteDecided, TxnDecided,
                     EntriesMissing, WriterClassified, TopicObserved, TopicReplaced, TopicRetired]

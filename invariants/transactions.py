@@ -78,9 +78,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Container
 
-from invariants.accounting import TxnDecided, TxnWriteAcked
+from invariants.accounting import TxnDecided, TxnWritesAcked, TxnWritesIntended
 from invariants.catalog import Invariant
-from invariants.doc_runs import keeping
+from invariants.doc_runs import keeping, unpack_runs
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
 from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
@@ -111,17 +111,40 @@ class TxnTrack:
     indexes: dict[WriteKey, int] = field(default_factory=dict)  # the header's index of each record read_committed read
     reread: bool = False  # the offsets of its writes read_committed missed were asked to be read again
 
+    # the highest and lowest acknowledged offset per partition and the partitions of its writes,
+    # and the saved form of its writes and acks: made once per change of them (writes_changed)
+    _acked_span: tuple[dict, dict, set] | None = field(default=None, repr=False, compare=False)
+    _packed: dict[str, list] = field(default_factory=dict, repr=False, compare=False)
+
+    def writes_changed(self) -> None:
+        """Its writes or acknowledgements are about to change."""
+        self._acked_span = None
+        self._packed.clear()
+
+    def _pack(self, name: str) -> list:
+        got = self._packed.get(name) if keeping() else None
+        if got is None:
+            got = self._packed[name] = _pack_writes(self.writes if name == "writes" else self.acked.items())
+        return got
+
+    def _span(self) -> tuple[dict, dict, set]:
+        if self._acked_span is None:
+            top: dict[tuple[str, int], int] = {}
+            low: dict[tuple[str, int], int] = {}
+            for w, off in self.acked.items():
+                part = w.part
+                if off > top.get(part, -1):
+                    top[part] = off
+                if off < low.get(part, off + 1):
+                    low[part] = off
+            self._acked_span = (top, low, {w.part for w in self.writes} | set(top))
+        return self._acked_span
+
     def max_acked(self) -> dict[tuple[str, int], int]:
-        top: dict[tuple[str, int], int] = {}
-        for w, off in self.acked.items():
-            top[w.part] = max(off, top.get(w.part, -1))
-        return top
+        return dict(self._span()[0])
 
     def min_acked(self) -> dict[tuple[str, int], int]:
-        low: dict[tuple[str, int], int] = {}
-        for w, off in self.acked.items():
-            low[w.part] = min(off, low.get(w.part, off))
-        return low
+        return dict(self._span()[1])
 
     def ready(self) -> bool:
         return (not self.judged and self.outcome in DECIDED_FOR_PARTIAL
@@ -134,11 +157,11 @@ class TxnTrack:
     def doc_without_class(self) -> dict[str, Any]:
         """The durable form but its class, whose reference is the saved document's
         (:meth:`TransactionsFamily._doc` adds it)."""
-        return {"key": list(self.key), "writes": [list(w) for w in self.writes], "outcome": self.outcome.value,
-                "undecided_writes": self.undecided_writes, "acked": [[*w, o] for w, o in self.acked.items()],
-                "rc_reads": [[*w, o] for w, o in self.rc_reads.items()],
+        return {"key": list(self.key), "writes_runs": self._pack("writes"), "outcome": self.outcome.value,
+                "undecided_writes": self.undecided_writes, "acked_runs": self._pack("acked"),
+                "rc_reads_runs": _pack_writes(self.rc_reads.items()),
                 "aborted_counted": [list(w) for w in self.aborted_counted],
-                "ru_reads": [list(w) for w in self.ru_reads], "judged": self.judged,
+                "ru_reads_runs": _pack_writes(self.ru_reads), "judged": self.judged,
                 "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
                                                                     for k, f in self.decided_at.items()],
                 "partial_counted": self.partial_counted,
@@ -148,14 +171,47 @@ class TxnTrack:
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
-        return cls(TxnKey(*d["key"]), {WriteKey(*w) for w in d["writes"]}, TxnOutcome(d["outcome"]),
-                   d["undecided_writes"], {WriteKey(*w): o for *w, o in d["acked"]},
-                   {WriteKey(*w): o for *w, o in d["rc_reads"]}, {WriteKey(*w) for w in d["aborted_counted"]},
-                   {WriteKey(*w) for w in d["ru_reads"]}, d["judged"],
+        # (writes, acked, rc_reads and ru_reads one row per write as saved before they were packed)
+        return cls(TxnKey(*d["key"]), _unpack_writes(d, "writes"), TxnOutcome(d["outcome"]),
+                   d["undecided_writes"], _unpack_writes(d, "acked", valued=True),
+                   _unpack_writes(d, "rc_reads", valued=True), {WriteKey(*w) for w in d["aborted_counted"]},
+                   _unpack_writes(d, "ru_reads"), d["judged"],
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
                    d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"],
                    d.get("intended_abort", False), d.get("size", 0),
                    {WriteKey(*w): i for *w, i in d.get("indexes", ())}, d.get("reread", False))
+
+
+def _pack_writes(writes: Any) -> list:
+    """Writes (a set of them, or (write, offset) pairs) as ``[topic_id, partition, runs]`` per
+    partition, the runs those of :func:`invariants.doc_runs.pack_runs` (a write's offset, or its seq
+    again for a set): a transaction's writes on a partition are consecutive seqs, and where they were
+    acknowledged and read consecutive offsets, so a write is a few bytes, not a row."""
+    by_part: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+    for item in writes:
+        w, at = item if isinstance(item[0], WriteKey) else (item, item.seq)
+        by_part.setdefault((w.topic_id, w.partition), []).append((w.writer_id, w.inc, w.seq, at))
+    return [[tid, p, _runs_of(rows)] for (tid, p), rows in sorted(by_part.items())]
+
+
+def _runs_of(rows: list[tuple[int, int, int, int]]) -> list[list[int]]:
+    """:func:`invariants.doc_runs.pack_runs` of a few rows (a transaction's), without numpy's cost per call."""
+    out: list[list[int]] = []
+    for wid, inc, seq, at in sorted(rows):
+        last = out[-1] if out else None
+        if last is not None and last[0] == wid and last[1] == inc and last[2] + last[4] == seq and last[3] + last[4] == at:
+            last[4] += 1
+        else:
+            out.append([wid, inc, seq, at, 1])
+    return out
+
+
+def _unpack_writes(d: dict[str, Any], name: str, valued: bool = False) -> Any:
+    if f"{name}_runs" not in d:  # saved one row per write
+        return {WriteKey(*w[:5]): w[5] for w in d[name]} if valued else {WriteKey(*w) for w in d[name]}
+    rows = [(WriteKey(tid, p, wid, inc, seq), at) for tid, p, runs in d[f"{name}_runs"]
+            for wid, inc, seq, at in unpack_runs(runs)]
+    return dict(rows) if valued else {w for w, _at in rows}
 
 
 def _readable(v: PartitionView, offset: int, log_start: int) -> bool:
@@ -202,22 +258,27 @@ class TransactionsFamily:
 
     # -- ledger events ---------------------------------------------------------------------
 
-    def on_intended(self, wkey: WriteKey, tkey: TxnKey, cls: WriteClass) -> None:
+    def on_intended(self, ev: TxnWritesIntended) -> None:
+        tkey = ev.txn
         w = (tkey.writer_id, tkey.inc)
         self.intents_up_to[w] = max(tkey.txn_id, self.intents_up_to.get(w, 0))
         t = self.track(tkey)
-        self._first_class(t, cls)
-        if wkey not in t.writes:
-            t.writes.add(wkey)
-            if wkey not in t.acked and wkey not in t.decided:  # a checkpoint may name writes already decided
-                t.undecided_writes += 1
-
-    def on_acked(self, ev: TxnWriteAcked) -> bool:
-        """A write of the transaction was acked; True when read_committed must expect it now."""
-        t = self.track(ev.txn)
+        t.writes_changed()
         self._first_class(t, ev.cls)
-        t.write_decided(ev.write)
-        t.acked[ev.write] = ev.offset
+        for wkey in ev.writes():
+            if wkey not in t.writes:
+                t.writes.add(wkey)
+                if wkey not in t.acked and wkey not in t.decided:  # a checkpoint may name writes already decided
+                    t.undecided_writes += 1
+
+    def on_acked(self, ev: TxnWritesAcked) -> bool:
+        """Writes of the transaction were acked; True when read_committed must expect them now."""
+        t = self.track(ev.txn)
+        t.writes_changed()
+        self._first_class(t, ev.cls)
+        for wkey, offset in ev.writes():
+            t.write_decided(wkey)
+            t.acked[wkey] = offset
         self.judge_queue.add(ev.txn)
         return t.outcome is TxnOutcome.COMMITTED
 
@@ -276,6 +337,36 @@ class TransactionsFamily:
             if t.outcome is TxnOutcome.ABORTED:
                 self.aborted_allowed += 1
         return []
+
+    def on_read_run(self, iso: Isolation, tkey: TxnKey, topic_id: str, partition: int, run: Any) -> list[Violation]:
+        """A run of the transaction's records (:class:`~invariants.model.ReadRun`) read for the first
+        time: what :meth:`on_read` of each, in order, does."""
+        t = self.track(tkey)
+        t.intended_abort |= run.intended_abort
+        writes = [WriteKey(topic_id, partition, run.writer_id, run.inc, run.seq + i) for i in range(run.count)]
+        out: list[Violation] = []
+        if iso is not RC:
+            for wkey in writes:
+                if wkey not in t.ru_reads:
+                    t.ru_reads.add(wkey)
+                    if t.outcome is TxnOutcome.ABORTED:
+                        self.aborted_allowed += 1
+            return out
+        t.size = t.size or run.txn_size
+        for i, wkey in enumerate(writes):
+            t.indexes.setdefault(wkey, run.txn_index + i * run.txn_step)
+        span = self.spans.setdefault((tkey.writer_id, tkey.inc, topic_id, partition), [tkey.txn_id, tkey.txn_id])
+        span[0], span[1] = min(span[0], tkey.txn_id), max(span[1], tkey.txn_id)
+        if not t.judged:
+            self.headed.add(tkey)
+        for i, wkey in enumerate(writes):
+            if wkey not in t.rc_reads:
+                t.rc_reads[wkey] = run.offset + i
+                if t.outcome is TxnOutcome.ABORTED or (t.intended_abort and t.classed):
+                    out.extend(self._aborted_read(t, wkey, run.offset + i))
+                elif t.intended_abort:  # counted once the ledger says anything of it (its class)
+                    self.judge_queue.add(tkey)
+        return out
 
     def on_vanished(self, wkey: WriteKey, off: int) -> None:
         """read_committed no longer finds a record it read: its transaction is judged again."""
@@ -379,7 +470,11 @@ class TransactionsFamily:
         return out
 
     def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:
-        parts = {w.part for w in t.writes} | {w.part for w in t.acked}
+        top, _low, parts = t._span()
+        if t.decided_at is not None and any(  # short of the horizon past its acknowledged records: not yet
+                view(iso, *part).frontier <= max(top.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
+                + self.horizon for part in parts for iso in (RC, RU)):
+            return False
         known = {part: -1 for part in parts}
         for w, off in [*t.acked.items(), *t.rc_reads.items()]:
             known[w.part] = max(known.get(w.part, -1), off)

@@ -124,6 +124,12 @@ class WriteCyclesFamily:
             order.append((offset, tkey))
         self.fresh.setdefault(part, set()).add(tkey)
 
+    def on_read_run(self, tkey: TxnKey, topic_id: str, partition: int, run: Any) -> None:
+        """A run of the transaction's records read by ``read_committed``: :meth:`on_read` of each."""
+        for i in range(run.count):
+            self.on_read(tkey, topic_id, partition, run.offset + i, run.intended_abort, run.txn_size,
+                         run.txn_index + i * run.txn_step)
+
     def judge(self) -> list[Violation]:
         """Cycles among the positions known: each new position against the transactions on the
         other partitions of its transaction, found from the transactions after it on either

@@ -1,7 +1,7 @@
 """transactions: aborted_read and partial_txn — one tiny history each."""
 
 from invariants.ledger_format import TxnOutcome
-from invariants.model import RC, RU
+from invariants.model import RC, RU, TxnKey, WriteKey
 from tests.unit.invariants.tiny import FILLER, Story, honest, rec
 
 LOST = {("lost_write", "read_committed"): 1, ("lost_write", "read_uncommitted"): 1}
@@ -226,3 +226,24 @@ def test_a_suspected_rewrite_below_the_log_start_is_waited_for_no_longer():
     assert [(w.lo, w.hi) for w in ck.refetch_wanted()] == [(8, 10)]
     ck.set_log_start(TID, 0, 10)
     assert ck.refetch_wanted() == []
+
+
+def test_a_transaction_saved_one_row_per_write_loads_as_the_packed_form_does():
+    from invariants.promises import ClassTable
+    from invariants.transactions import TxnTrack
+
+    t = TxnTrack(TxnKey(7, 1, 3))
+    writes = [WriteKey("T", p, 7, 1, s) for p in (0, 1) for s in range(10, 14)]
+    t.writes = set(writes)
+    t.acked = {w: 100 + w.seq for w in writes}  # consecutive offsets: runs
+    t.rc_reads = {w: 100 + w.seq for w in writes[:3]}
+    t.ru_reads = set(writes[2:5])
+    tab = ClassTable()
+    packed = {**t.doc_without_class(), "cls": tab.ref(t.cls)}
+    assert len(packed["acked_runs"]) == 2 and all(len(runs) == 1 for _t, _p, runs in packed["acked_runs"])
+    rows = {k: v for k, v in packed.items() if not k.endswith("_runs")}
+    rows.update(writes=[list(w) for w in t.writes], acked=[[*w, o] for w, o in t.acked.items()],
+                rc_reads=[[*w, o] for w, o in t.rc_reads.items()], ru_reads=[list(w) for w in t.ru_reads])
+    for doc in (packed, rows):
+        back = TxnTrack.from_doc(doc, tab)
+        assert (back.writes, back.acked, back.rc_reads, back.ru_reads) == (t.writes, t.acked, t.rc_reads, t.ru_reads)
