@@ -121,10 +121,17 @@ class TxnTrack:
         self._acked_span = None
         self._packed.clear()
 
+    def reads_changed(self) -> None:
+        """What the readers read of it is about to change."""
+        self._packed.pop("rc_reads", None)
+        self._packed.pop("ru_reads", None)
+
     def _pack(self, name: str) -> list:
         got = self._packed.get(name) if keeping() else None
         if got is None:
-            got = self._packed[name] = _pack_writes(self.writes if name == "writes" else self.acked.items())
+            got = self._packed[name] = _pack_writes(
+                {"writes": self.writes, "acked": self.acked.items(), "rc_reads": self.rc_reads.items(),
+                 "ru_reads": self.ru_reads}[name])
         return got
 
     def _span(self) -> tuple[dict, dict, set]:
@@ -159,9 +166,9 @@ class TxnTrack:
         (:meth:`TransactionsFamily._doc` adds it)."""
         return {"key": list(self.key), "writes_runs": self._pack("writes"), "outcome": self.outcome.value,
                 "undecided_writes": self.undecided_writes, "acked_runs": self._pack("acked"),
-                "rc_reads_runs": _pack_writes(self.rc_reads.items()),
+                "rc_reads_runs": self._pack("rc_reads"),
                 "aborted_counted": [list(w) for w in self.aborted_counted],
-                "ru_reads_runs": _pack_writes(self.ru_reads), "judged": self.judged,
+                "ru_reads_runs": self._pack("ru_reads"), "judged": self.judged,
                 "decided_at": None if self.decided_at is None else [[*k.to_doc(), f]
                                                                     for k, f in self.decided_at.items()],
                 "partial_counted": self.partial_counted,
@@ -317,6 +324,7 @@ class TransactionsFamily:
     def on_read(self, iso: Isolation, tkey: TxnKey, wkey: WriteKey, off: int,
                 intended_abort: bool = False, size: int = 0, index: int = 0) -> list[Violation]:
         t = self.track(tkey)
+        t.reads_changed()
         t.intended_abort |= intended_abort
         if iso is RC:
             t.size = t.size or size
@@ -342,6 +350,7 @@ class TransactionsFamily:
         """A run of the transaction's records (:class:`~invariants.model.ReadRun`) read for the first
         time: what :meth:`on_read` of each, in order, does."""
         t = self.track(tkey)
+        t.reads_changed()
         t.intended_abort |= run.intended_abort
         writes = [WriteKey(topic_id, partition, run.writer_id, run.inc, run.seq + i) for i in range(run.count)]
         out: list[Violation] = []
@@ -372,7 +381,8 @@ class TransactionsFamily:
         """read_committed no longer finds a record it read: its transaction is judged again."""
         for t in self.txns.values():
             if t.rc_reads.get(wkey) == off:
-                del self._changed(t).rc_reads[wkey]
+                self._changed(t).reads_changed()
+                del t.rc_reads[wkey]
                 if t.judged and not t.partial_counted:
                     t.judged = False
                     self.judge_queue.add(t.key)
@@ -412,7 +422,7 @@ class TransactionsFamily:
                     out.extend(self._aborted_read(t, wkey, off))
             if t.outcome is TxnOutcome.PENDING or t.undecided_writes:
                 continue
-            if any(w.topic_id in gone for w in (*t.writes, *t.acked)):
+            if any(tid in gone for tid, _p in t._span()[2]):
                 self.judge_queue.discard(tkey)
                 self._drop(tkey)
                 continue
@@ -471,15 +481,15 @@ class TransactionsFamily:
 
     def _past_horizon(self, t: TxnTrack, view: Callable[[Isolation, str, int], PartitionView]) -> bool:
         top, _low, parts = t._span()
-        if t.decided_at is not None and any(  # short of the horizon past its acknowledged records: not yet
+        if t.decided_at is None:
+            self._changed(t).decided_at = {ViewKey(iso, *part): view(iso, *part).frontier for part in parts for iso in (RC, RU)}
+        if any(  # short of the horizon past its acknowledged records: not yet
                 view(iso, *part).frontier <= max(top.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
                 + self.horizon for part in parts for iso in (RC, RU)):
             return False
         known = {part: -1 for part in parts}
         for w, off in [*t.acked.items(), *t.rc_reads.items()]:
             known[w.part] = max(known.get(w.part, -1), off)
-        if t.decided_at is None:
-            self._changed(t).decided_at = {ViewKey(iso, *part): view(iso, *part).frontier for part in parts for iso in (RC, RU)}
         return all(view(iso, *part).frontier > max(known.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
                    + self.horizon for part in known for iso in (RC, RU))
 

@@ -76,7 +76,10 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordB
     src = batch.column("src").to_numpy(zero_copy_only=False).astype(np.int8)
     values = batch.column("value")
     ledger = src >= SRC_LEDGER
-    cols = decode_values(values, skip=ledger)
+    names = batch.schema.names
+    cols = decode_values(values, skip=ledger,  # (with headers_only, a canary value is its first 48 bytes)
+                         lengths=batch.column("vlen").to_numpy(zero_copy_only=False) if "vlen" in names else None,
+                         crcs=batch.column("vcrc").to_numpy(zero_copy_only=False) if "vcrc" in names else None)
     topic = batch.column("topic").cast(pa.string())
     partition = batch.column("partition").to_numpy(zero_copy_only=False).astype(np.int32)
     offset = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -146,9 +149,11 @@ def _latency_rows(src: np.ndarray, age_us: np.ndarray, now_us: int) -> pa.Record
                                        for name, typ, _ in DECODED_FIELDS], schema=DECODED_SCHEMA)
 
 
-def decode_values(values: pa.Array | list, skip: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def decode_values(values: pa.Array | list, skip: np.ndarray | None = None, lengths: np.ndarray | None = None,
+                  crcs: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The header columns of many values (an Arrow binary array or a list of bytes/None); rows
-    in ``skip`` get kind ``KIND_LEDGER`` and zeros."""
+    in ``skip`` get kind ``KIND_LEDGER`` and zeros. ``lengths`` and ``crcs``: each whole value's
+    length and CRC-32 (NaN or None: unknown) where ``values`` holds only their first bytes."""
     if not isinstance(values, pa.Array):
         values = pa.array(values, pa.binary())
     if isinstance(values, pa.ChunkedArray):
@@ -156,7 +161,9 @@ def decode_values(values: pa.Array | list, skip: np.ndarray | None = None) -> di
     if pa.types.is_large_binary(values.type) or not pa.types.is_binary(values.type):
         values = values.cast(pa.binary())
     n = len(values)
-    rows, lengths, data, starts = _header_rows(values)
+    rows, held, data, starts = _header_rows(values)
+    whole = None if lengths is None else np.nan_to_num(np.asarray(lengths, dtype=np.float64), nan=-1.0)
+    lengths = held if whole is None else np.where(held < 0, -1, np.where(whole >= 0, whole, held)).astype(np.int64)
     headers, valid = decode_header_rows(rows, lengths)
     skip = np.zeros(n, dtype=bool) if skip is None else skip
     valid &= ~skip
@@ -169,8 +176,12 @@ def decode_values(values: pa.Array | list, skip: np.ndarray | None = None) -> di
     kind[skip] = KIND_LEDGER
     digest = np.zeros(n, dtype=np.int64)
     length = np.where(lengths < 0, 0, lengths).astype(np.int32)
+    known = None if crcs is None else np.asarray(crcs, dtype=np.float64)
     for i in np.flatnonzero(~valid & ~skip & (lengths > 0)):
-        digest[i] = zlib.crc32(data[starts[i]:starts[i] + lengths[i]].tobytes())
+        if known is not None and not np.isnan(known[i]):
+            digest[i] = int(known[i])
+        else:
+            digest[i] = zlib.crc32(data[starts[i]:starts[i] + held[i]].tobytes())
     length[skip] = 0
     return {
         "kind": kind, "writer_id": headers["writer_id"].astype(np.uint64).view(np.int64),

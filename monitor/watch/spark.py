@@ -25,6 +25,7 @@ from monitor import client_config
 from monitor.cluster import jars
 from monitor.cluster.java import find_java
 from monitor.config import Config
+from monitor.record_format import HEADER_SIZE
 from monitor.watch import ship
 
 SPARK_JAVA_MAX = 21
@@ -75,7 +76,8 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     return spark
 
 
-def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False) -> DataFrame:
+def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False,
+           headers_only: bool = False) -> DataFrame:
     reader = spark.readStream.format("kafka")
     for key, value in client_config.spark_source(cfg, ledger).items():
         reader = reader.option(key, value)
@@ -88,15 +90,23 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
         .option("kafka.isolation.level", isolation)
         .load()
     )
-    return df.select(F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset", "value",
-                     F.unix_micros("timestamp").alias("ts_us"))
+    columns = [F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset"]
+    if headers_only:  # only what the checker needs of a canary record leaves the JVM (executor.decode_values)
+        columns += [F.substring("value", 1, HEADER_SIZE).alias("value"), F.length("value").alias("vlen"),
+                    F.crc32("value").alias("vcrc")]
+    else:
+        columns += ["value", F.length("value").alias("vlen"), F.lit(None).cast("bigint").alias("vcrc")]
+    return df.select(*columns, F.unix_micros("timestamp").alias("ts_us"))
 
 
-def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True) -> DataFrame:
+def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True, headers_only: bool = False
+                     ) -> DataFrame:
     """The three sources as Kafka rows (the bench's no-op reads these), the EOS pipeline's output
-    when ``eos.enabled``, and the group canary's observations when ``groups.enabled``."""
-    df = source(spark, cfg, cfg.canary.name, "read_committed", 0).unionByName(
-        source(spark, cfg, cfg.canary.name, "read_uncommitted", 1))
+    when ``eos.enabled``, and the group canary's observations when ``groups.enabled``.
+    ``headers_only``: of a canary record only its first 48 bytes, its length and its CRC-32 (what
+    the checker needs: the header, and a digest identity for what is not a canary record)."""
+    df = source(spark, cfg, cfg.canary.name, "read_committed", 0, headers_only=headers_only).unionByName(
+        source(spark, cfg, cfg.canary.name, "read_uncommitted", 1, headers_only=headers_only))
     if with_ledger:
         df = df.unionByName(source(spark, cfg, cfg.ledger.topic, "read_committed", 2, ledger=True))
     if cfg.eos.enabled:  # the EOS pipeline's output (invariants.eos)
@@ -117,14 +127,14 @@ def decoded_sources(spark: SparkSession, cfg: Config) -> DataFrame:
     the driver is headers, not values. No shuffle: each Spark partition is decoded where it was read."""
     from monitor.watch.executor import DECODED_DDL, decode_batches
 
-    return union_of_sources(spark, cfg).mapInArrow(decode_batches, DECODED_DDL)
+    return union_of_sources(spark, cfg, headers_only=True).mapInArrow(decode_batches, DECODED_DDL)
 
 
 def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, int], Any], name: str = "vigil",
                 available_now: bool = False):
     """The watch query; ``available_now`` reads what is there and stops (the bench)."""
     writer = (
-        (decoded_sources(spark, cfg) if decode_on_executors(cfg) else union_of_sources(spark, cfg))
+        (decoded_sources(spark, cfg) if decode_on_executors(cfg) else union_of_sources(spark, cfg, headers_only=True))
         .writeStream.queryName(name)
         .foreachBatch(handler)
         .option("checkpointLocation", str(cfg.spark_checkpoint_dir()))

@@ -4,6 +4,7 @@ decoder, keeps ledger values, and its zip imports without the checkout."""
 from __future__ import annotations
 
 import subprocess
+import zlib
 import sys
 import zipfile
 from pathlib import Path
@@ -79,12 +80,18 @@ def test_a_batch_keeps_order_ledger_values_and_drops_canary_values():
     assert list(ex.decode_batches([batch.slice(0, 0)]))[0].num_rows == 0
 
 
-def _kafka_rows(src: int, partition: int, offsets: list[int], vals: list) -> pa.RecordBatch:
+def _kafka_rows(src: int, partition: int, offsets: list[int], vals: list, headers_only: bool = False) -> pa.RecordBatch:
+    """Spark's rows of a source; ``headers_only``: as the watch's query selects them (``value`` its
+    first 48 bytes, ``vlen`` and ``vcrc`` the whole value's length and CRC-32, null for a null value)."""
     n = len(offsets)
-    return pa.RecordBatch.from_pydict({
-        "src": pa.array([src] * n, pa.int8()), "topic": ["c"] * n, "partition": pa.array([partition] * n, pa.int32()),
-        "offset": pa.array(offsets, pa.int64()), "value": pa.array(vals, pa.binary()),
-        "ts_us": pa.array([0] * n, pa.int64())})
+    cols = {"src": pa.array([src] * n, pa.int8()), "topic": ["c"] * n, "partition": pa.array([partition] * n, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()), "value": pa.array(vals, pa.binary()),
+            "ts_us": pa.array([0] * n, pa.int64())}
+    if headers_only:
+        cols["value"] = pa.array([None if v is None else v[:rf.HEADER_SIZE] for v in vals], pa.binary())
+        cols["vlen"] = pa.array([None if v is None else len(v) for v in vals], pa.int32())
+        cols["vcrc"] = pa.array([None if v is None else zlib.crc32(v) for v in vals], pa.int64())
+    return pa.RecordBatch.from_pydict(cols)
 
 
 def test_runs_span_one_writer_s_consecutive_seqs_at_consecutive_offsets_outside_or_inside_one_transaction():
@@ -111,17 +118,18 @@ def test_runs_span_one_writer_s_consecutive_seqs_at_consecutive_offsets_outside_
 
 
 @settings(max_examples=200, deadline=None)
-@given(values, st.integers(1, 12))
-def test_the_executor_s_rows_are_the_records_one_by_one(vals, split):
-    """Whatever the records and however Spark cuts a partition into Arrow batches, the rows the
-    driver gets, taken one by one, are exactly the reads of the re-fetch path (the reference)."""
+@given(values, st.integers(1, 12), st.booleans())
+def test_the_executor_s_rows_are_the_records_one_by_one(vals, split, headers_only):
+    """Whatever the records, however Spark cuts a partition into Arrow batches, and whether the
+    whole values or only their headers, lengths and CRCs left the JVM, the rows the driver gets,
+    taken one by one, are exactly the reads of the re-fetch path (the reference)."""
     from invariants.model import one_by_one
     from monitor.watch.batch import BatchStats, _items
 
     offsets = list(range(100, 100 + len(vals)))
     got = []
     for lo in range(0, len(vals), split):
-        out = ex.decode_batch(_kafka_rows(0, 3, offsets[lo:lo + split], vals[lo:lo + split]), now_us=0)
+        out = ex.decode_batch(_kafka_rows(0, 3, offsets[lo:lo + split], vals[lo:lo + split], headers_only), now_us=0)
         rows = out.filter(pa.compute.not_equal(out.column("kind"), ex.KIND_LATENCY))
         got += _items(pa.Table.from_batches([rows]), BatchStats())
     expected, _malformed, _ts = to_reads(offsets, vals)
