@@ -311,9 +311,10 @@ class WatchConfig(_Model):
                               "spark-submit sets (Spark on Kubernetes)")
     driver_memory: str = Field("2g", description="spark.driver.memory")
     decode_on: Literal["auto", "driver", "executors"] = Field(
-        "auto", description="where the canary records' headers are decoded: on the executors (values never "
-        "reach the driver; Vigil's code is shipped to them) or in the driver; auto = the driver in local mode "
-        "(measured cheaper on one machine), the executors on a cluster")
+        "auto", description="where the canary records' headers are decoded and cut into runs: on the executors "
+        "(a row per run reaches the driver; Vigil's code is shipped to them) or in the driver (each record's "
+        "header, length and CRC-32 reach it); auto = the driver in local mode (measured cheaper on one "
+        "machine), the executors on a cluster")
     executor_python: str = Field("", description="the Python Spark's executors run (spark.pyspark.python; it "
                                  "needs numpy and pyarrow, Vigil's own code is shipped to it); empty = the driver's")
     java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")
