@@ -30,7 +30,8 @@ def soak(
     checks: str = typer.Option("rss_steady,worker_rss,state,checkpoint,fds,threads",
                                help="Figures that must not grow: rss (all processes), rss_steady (all but "
                                "PySpark's Python workers), worker_rss (the largest worker), workers (how "
-                               "many), state, checkpoint, fds, threads."),
+                               "many), state, checkpoint, fds, threads (all but those of Spark's block manager's two "
+                               "pools, which Spark bounds at 100 each), pool_threads (those)."),
     report: Optional[Path] = typer.Option(None, help="Directory for soak.json, soak.png and the run's "
                                           "state and output (default: a new temporary one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -45,6 +46,8 @@ def soak(
     or a small absolute slack). Memory is judged by process: where PySpark runs Python workers the
     total steps with how many it keeps, so by default the long-lived processes (rss_steady) and
     the largest worker (worker_rss) are checked, the total (rss) and the number of workers shown.
+    Spark's block manager starts threads in two pools up to 100 each, for minutes at a batch a
+    second: those are shown (pool_threads), not counted in threads.
     Writes soak.json and a chart, soak.png, into --report.
     """
     from monitor.soak import FIGURES, run_soak

@@ -174,3 +174,31 @@ def test_a_level_that_steps_up_and_stays_for_the_last_half_is_growth():
         if s.t_s >= 35 * 60:
             s.fds += 100
     assert [f.split(" ")[0] for f in judge(samples, 600, ("fds",), {})["failures"]] == ["fds"]
+
+
+# CI's 5-minute soak, 2026-11-26 (every 15 s after the 2-minute warm-up): threads of `vigil run` and
+# its Spark JVM, all of the growth in Spark's block manager pools, which fill up to 100 threads each
+CI_THREADS_AFTER_WARMUP = [333, 337, 348, 357, 355, 357, 351, 349, 348, 346, 369, 368, 365]
+
+
+def test_threads_of_sparks_bounded_pools_are_shown_apart_and_not_judged_by_default():
+    pools = [t - 200 for t in CI_THREADS_AFTER_WARMUP]  # what filled up: 133 .. 169
+    samples = [Sample(120.0 + 15 * i, 2**30, 2**20, 2**17, 522, 200, 1000.0 * i, 0.0, pool_threads=p)
+               for i, p in enumerate(pools)]
+    whole = [Sample(s.t_s, s.rss, s.state, s.checkpoint, s.fds, s.threads + s.pool_threads, s.records_checked, 0.0)
+             for s in samples]
+    assert [f.split(" ")[0] for f in judge(whole, 120, ("threads",), {})["failures"]] == ["threads"]  # as CI failed
+    assert judge(samples, 120, CHECKED_BY_DEFAULT, {})["ok"]
+    assert [f.split(" ")[0] for f in judge(samples, 120, ("pool_threads",), {})["failures"]] == ["pool_threads"]
+
+
+def test_threads_in_sparks_bounded_pools_are_counted_by_name(tmp_path, monkeypatch):
+    import monitor.soak as soak
+
+    tasks = tmp_path / "proc" / "7" / "task"
+    for tid, name in enumerate(["main", "block-manager-a", "block-manager-s", "block-manager-s", "Executor task"]):
+        (tasks / str(tid)).mkdir(parents=True)
+        (tasks / str(tid) / "comm").write_text(name + "\n")
+    real = soak.Path
+    monkeypatch.setattr(soak, "Path", lambda p: real(str(tmp_path) + p) if str(p).startswith("/proc/") else real(p))
+    assert soak.bounded_pool_threads(7) == 3
