@@ -159,9 +159,14 @@ class LedgerFold:
         self.writers: dict[tuple[str, int], WriterCursor] = {}
         # (writer id, incarnation, partition) -> [[first seq, topic id], ...] in seq order
         self.generations: dict[tuple[int, int, int], list[list]] = {}
+        # (writer id, incarnation, partition) -> 1 + the highest seq it said it intended (an intent, a
+        # checkpoint's pending or open transaction, an outcome); what lies above was not folded yet
+        self.intended_to: dict[tuple[int, int, int], int] = {}
 
-    def _generation(self, w: WriterCursor, tid: str, p: int, first_seq: int) -> None:
-        gens = self.generations.setdefault((w.writer_id, w.inc, p), [])
+    def _generation(self, w: WriterCursor, tid: str, p: int, first_seq: int, end_seq: int) -> None:
+        key = (w.writer_id, w.inc, p)
+        self.intended_to[key] = max(self.intended_to.get(key, 0), end_seq)
+        gens = self.generations.setdefault(key, [])
         if not gens or (gens[-1][1] != tid and first_seq > gens[-1][0]):
             gens.append([first_seq, tid])
         elif first_seq < gens[0][0] and gens[0][1] == tid:
@@ -173,6 +178,13 @@ class LedgerFold:
         if not gens or seq < gens[0][0]:
             return None
         return gens[bisect.bisect_right([g[0] for g in gens], seq) - 1][1]
+
+    def beyond_intents(self, writer_id: int, inc: int, partition: int, seq: int) -> bool:
+        """True when seq ``seq`` of this writer and partition is above every seq the ledger folded
+        so far says it intended (its topic ID then only presumed, by :meth:`topic_of`: the
+        writer's last one); False when nothing is known of its intents."""
+        top = self.intended_to.get((writer_id, inc, partition))
+        return top is not None and seq >= top
 
     def watch_topic_id(self, topic_id: str) -> None:
         """A topic ID known (e.g. from metadata) to be one of the watched topics."""
@@ -257,12 +269,15 @@ class LedgerFold:
         for pw in body.pending:
             tkey = TxnKey(w.writer_id, w.inc, pw.txn_id) if pw.txn_id else None
             known = w.pending.setdefault((body.topic_id, pw.partition), [])
-            self._generation(w, body.topic_id, pw.partition, pw.first_seq)
+            self._generation(w, body.topic_id, pw.partition, pw.first_seq, pw.first_seq + pw.count)
             for lo, hi in _uncovered(pw.first_seq, pw.first_seq + pw.count, list(known)):
                 known.append(PendingRange(lo, hi, pw.intent_ts_us + clock_offset_us, tkey, w.cls))
         for t in body.open_txns:
             tkey = TxnKey(w.writer_id, w.inc, t.id)
             w.open_txns.add(tkey)
+            for r in t.writes:
+                key = (w.writer_id, w.inc, r.partition)
+                self.intended_to[key] = max(self.intended_to.get(key, 0), r.first_seq + r.count)
             events.extend(TxnWritesIntended(body.topic_id, r.partition, w.writer_id, w.inc, r.first_seq, r.count, tkey,
                                             w.cls) for r in t.writes)
         return events
@@ -273,7 +288,7 @@ class LedgerFold:
             w.open_txns.add(tkey)
         events: list[LedgerEvent] = []
         for r in body.writes:
-            self._generation(w, body.topic_id, r.partition, r.first_seq)
+            self._generation(w, body.topic_id, r.partition, r.first_seq, r.first_seq + r.count)
             w.pending.setdefault((body.topic_id, r.partition), []).append(
                 PendingRange(r.first_seq, r.first_seq + r.count, ts_us, tkey, w.cls))
             if tkey:
@@ -291,7 +306,7 @@ class LedgerFold:
             pieces = w.take(tid, p, first, end)
             covered = sum(piece.end - piece.first for piece in pieces)
             if covered < run.count:  # outcomes of writes whose intent was not seen (read from the middle)
-                self._generation(w, tid, p, first)
+                self._generation(w, tid, p, first, end)
                 txn = TxnKey(w.writer_id, w.inc, run.txn_id) if run.txn_id else None
                 pieces += [PendingRange(lo, hi, 0, txn, w.cls) for lo, hi in _uncovered(first, end, pieces)]
             acked = run.outcome is WriteOutcome.ACKED
@@ -342,13 +357,16 @@ class LedgerFold:
     def to_doc(self) -> dict[str, Any]:
         return {"watched": None if self.watched is None else sorted(self.watched),
                 "watched_ids": sorted(self.watched_ids), "writers": [w.to_doc() for w in self.writers.values()],
-                "generations": [[*k, gens] for k, gens in self.generations.items()]}
+                "generations": [[*k, gens] for k, gens in self.generations.items()],
+                "intended_to": [[*k, top] for k, top in self.intended_to.items()]}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "LedgerFold":
         fold = cls(doc["watched"])
         fold.watched_ids = set(doc["watched_ids"])
         fold.generations = {(wid, inc, p): gens for wid, inc, p, gens in doc["generations"]}
+        # (absent from a document saved before it was kept: nothing known, nothing left out)
+        fold.intended_to = {(wid, inc, p): top for wid, inc, p, top in doc.get("intended_to", [])}
         for d in doc["writers"]:
             w = WriterCursor.from_doc(d)
             fold.writers[(w.instance, w.inc)] = w

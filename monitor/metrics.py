@@ -248,8 +248,9 @@ class WatchCollector:
                                   "rewrite.", value=s.refetches)
         old = CounterMetricFamily("vigil_old_log_reads", "Records Spark fetched under a topic name that were "
                                   "intended for an older ID of it (a broker that had not yet deleted a recreated "
-                                  "topic's old log, or stragglers), and records beside them: not checked; what the "
-                                  "new log holds there is read again.", labels=["isolation"])
+                                  "topic's old log, or stragglers), and records beside them, or, in a batch put on an "
+                                  "ID the name has since left, a writer's records above every seq it said it "
+                                  "intended: not checked; what the new log holds there is read again.", labels=["isolation"])
         for iso in READERS:
             old.add_metric([iso.value], s.old_log_reads.get(iso, 0))
         yield old
