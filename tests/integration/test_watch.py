@@ -182,7 +182,10 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
                              groups={"enabled": True, "group": "vigil-it-restart-group",
                                      "observation_topic": "it-restart-group-obs"})
     port = cfg.metrics.port
-    writer = Background(path, "produce", "--duration", "90", name="produce")
+    # written until the drills of the EOS pipeline and the group canary were found (each needs
+    # records still being written): a fixed 90 s ran out in CI, where the first batch came 55 s after
+    # the watch's start and the restarted watch's only after the writer had stopped
+    writer = Background(path, "produce", "--duration", "600", name="produce")
     watch = Background(path, "watch", name="watch1")
     pipeline = group = None
     try:
@@ -214,9 +217,11 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
             want[k] += 2
         for k in [("lost_write", "read_committed"), ("lost_write", "read_uncommitted")]:
             want[k] += 1
+        # (the restarted watch's first new batch: measured 60 s after its start on this machine alone,
+        # 116 s beside the writer, the EOS pipeline and the group canary's members)
         canaries = ("eos_duplicate", "eos_loss", "group_skip", "group_rewind")
         wait_for(lambda: {k: n for k, n in violations(port).items() if k[0] not in canaries}
-                 == {k: n for k, n in want.items() if k[0] not in canaries}, 90,
+                 == {k: n for k, n in want.items() if k[0] not in canaries}, 180,
                  "the drills made during the downtime", show=lambda: violations(port))
         wait_for(lambda: violations(port)[("eos_duplicate", "read_committed")] == 1
                  and violations(port)[("eos_loss", "read_committed")] > 0, 90, "the EOS drills found live",
@@ -224,7 +229,7 @@ def test_counts_survive_kill9_and_drills_during_downtime_are_found(cluster_ready
         wait_for(lambda: violations(port)[("group_skip", "read_committed")] > 0
                  and violations(port)[("group_rewind", "read_committed")] > 0, 90, "the group drills found live",
                  show=lambda: violations(port))
-        assert writer.wait(240) == 0, writer.tail()
+        assert writer.stop() == 0, writer.tail()  # (SIGTERM: it ends cleanly, every write decided)
         assert pipeline.stop() == 0, pipeline.tail()
         assert group.stop() == 0, group.tail()
         told = vigil(path, "group", "audit", "--json", check=False)  # (exit 1: it found the drills)

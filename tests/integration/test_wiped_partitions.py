@@ -34,7 +34,7 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     run = Background(path, "run", "--json", name="run")
     try:
         wait_for(lambda: metrics_up(port), 120, "the first batch")
-        wait_for(lambda: writers_writing(port, cfg, acked=600, committed=30), 60, "history in every partition")
+        wait_for(lambda: writers_writing(port, cfg, acked=600, committed=30), 120, "history in every partition")
         info = describe_topic(client, cfg.canary.name)
         node = info.leaders[0]
         wiped = sorted(p for p, leader in info.leaders.items() if leader == node)
