@@ -163,10 +163,14 @@ class LedgerFold:
         # checkpoint's pending or open transaction, an outcome); what lies above was not folded yet
         self.intended_to: dict[tuple[int, int, int], int] = {}
 
-    def _generation(self, w: WriterCursor, tid: str, p: int, first_seq: int, end_seq: int) -> None:
+    def _intended(self, w: WriterCursor, p: int, end_seq: int) -> None:
+        """This writer said it intended seqs of partition ``p`` below ``end_seq``."""
         key = (w.writer_id, w.inc, p)
         self.intended_to[key] = max(self.intended_to.get(key, 0), end_seq)
-        gens = self.generations.setdefault(key, [])
+
+    def _generation(self, w: WriterCursor, tid: str, p: int, first_seq: int, end_seq: int) -> None:
+        self._intended(w, p, end_seq)
+        gens = self.generations.setdefault((w.writer_id, w.inc, p), [])
         if not gens or (gens[-1][1] != tid and first_seq > gens[-1][0]):
             gens.append([first_seq, tid])
         elif first_seq < gens[0][0] and gens[0][1] == tid:
@@ -276,8 +280,7 @@ class LedgerFold:
             tkey = TxnKey(w.writer_id, w.inc, t.id)
             w.open_txns.add(tkey)
             for r in t.writes:
-                key = (w.writer_id, w.inc, r.partition)
-                self.intended_to[key] = max(self.intended_to.get(key, 0), r.first_seq + r.count)
+                self._intended(w, r.partition, r.first_seq + r.count)
             events.extend(TxnWritesIntended(body.topic_id, r.partition, w.writer_id, w.inc, r.first_seq, r.count, tkey,
                                             w.cls) for r in t.writes)
         return events

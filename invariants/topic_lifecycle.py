@@ -122,18 +122,19 @@ class TopicLifecycle:
         oldest = self.topics.oldest_named  # the oldest ID its records were intended for
         if oldest is not None and self.topics.older(name, oldest, tid):
             reads = one_by_one(reads)
-            kept = self._without_the_old_log(name, tid, partition, reads)
-            self.old_log_reads[iso] = self.old_log_reads.get(iso, 0) + len(reads) - len(kept)
-            reads = kept
+            reads = self._kept(iso, reads, self._without_the_old_log(name, tid, partition, reads))
         newest = self.topics.newest(name)
         if newest is not None and self.topics.older(name, tid, newest):
             reads = one_by_one(reads)
-            kept = [r for r in reads if not self._beyond_intents(partition, r)]
-            self.old_log_reads[iso] = self.old_log_reads.get(iso, 0) + len(reads) - len(kept)
-            reads = kept
+            reads = self._kept(iso, reads, [r for r in reads if not self._beyond_intents(partition, r)])
         if reads:
             self.apply_reads(iso, tid, partition, reads)
         return True
+
+    def _kept(self, iso: Isolation, reads: Sequence[Read], kept: list[Read]) -> list[Read]:
+        """``kept`` of ``reads``; the others, left out, counted in ``old_log_reads``."""
+        self.old_log_reads[iso] = self.old_log_reads.get(iso, 0) + len(reads) - len(kept)
+        return kept
 
     def _beyond_intents(self, partition: int, r: Read) -> bool:
         return is_canary(r.ident) and self.fold.beyond_intents(r.ident[0], r.ident[1], partition, r.ident[2])

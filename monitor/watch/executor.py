@@ -163,21 +163,22 @@ def decode_values(values: pa.Array | list, skip: np.ndarray | None = None, lengt
     n = len(values)
     rows, held, data, starts = _header_rows(values)
     whole = None if lengths is None else np.nan_to_num(np.asarray(lengths, dtype=np.float64), nan=-1.0)
-    lengths = held if whole is None else np.where(held < 0, -1, np.where(whole >= 0, whole, held)).astype(np.int64)
-    headers, valid = decode_header_rows(rows, lengths)
+    # each value's whole length (-1: null), where the values hold only their first bytes too
+    sizes = held if whole is None else np.where(held < 0, -1, np.where(whole >= 0, whole, held)).astype(np.int64)
+    headers, valid = decode_header_rows(rows, sizes)
     skip = np.zeros(n, dtype=bool) if skip is None else skip
     valid &= ~skip
     kind = np.where(valid, KIND_CANARY, np.where((rows[:, 0] == MAGIC[0]) & (rows[:, 1] == MAGIC[1])
-                                                 & (lengths >= 2), KIND_MALFORMED, KIND_FOREIGN)).astype(np.int8)
-    short = (lengths >= 2) & (lengths < HEADER_SIZE) & ~skip  # shorter than a header: its first bytes still count
+                                                 & (sizes >= 2), KIND_MALFORMED, KIND_FOREIGN)).astype(np.int8)
+    short = (sizes >= 2) & (sizes < HEADER_SIZE) & ~skip  # shorter than a header: its first bytes still count
     for i in np.flatnonzero(short):
         if bytes(data[starts[i]:starts[i] + 2]) == MAGIC:
             kind[i] = KIND_MALFORMED
     kind[skip] = KIND_LEDGER
     digest = np.zeros(n, dtype=np.int64)
-    length = np.where(lengths < 0, 0, lengths).astype(np.int32)
+    length = np.where(sizes < 0, 0, sizes).astype(np.int32)
     known = None if crcs is None else np.asarray(crcs, dtype=np.float64)
-    for i in np.flatnonzero(~valid & ~skip & (lengths > 0)):
+    for i in np.flatnonzero(~valid & ~skip & (sizes > 0)):
         if known is not None and not np.isnan(known[i]):
             digest[i] = int(known[i])
         else:
