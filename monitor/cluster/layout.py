@@ -147,6 +147,12 @@ class ClusterLayout:
             # topic that allows it (default 5 minutes): a chaos day cannot wait that long.
             "unclean.leader.election.interval.ms": "1000",
             "group.initial.rebalance.delay.ms": "0",
+            # The group and transaction coordinators' topics with 6 partitions, not 50 each: a node
+            # loads (and elects, and replicates) every one it leads at each start; the canaries use
+            # a handful of groups and transactional IDs, and coordinator faults need only that each
+            # node leads some.
+            "offsets.topic.num.partitions": "6",
+            "transaction.state.log.num.partitions": "6",
             # One rack per node, and followers serve fetches to clients of their rack (KIP-392):
             # the group canary's rack-aware member (groups.rack) reads from a follower.
             "broker.rack": rack_of(node_id),
