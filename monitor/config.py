@@ -310,6 +310,10 @@ class WatchConfig(_Model):
     spark_master: str = Field("local[2]", description="Spark master of the watch job; empty = the one "
                               "spark-submit sets (Spark on Kubernetes)")
     driver_memory: str = Field("2g", description="spark.driver.memory")
+    driver_java_options: str = Field(
+        "", description="more JVM options of Spark's driver (spark.driver.extraJavaOptions, after Vigil's log "
+        "configuration; in local mode the executors run in that JVM too), e.g. -XX:TieredStopAtLevel=1 for "
+        "short runs on few cores: the JIT's optimising compiler then costs more CPU than it gives back")
     decode_on: Literal["auto", "driver", "executors"] = Field(
         "auto", description="where the canary records' headers are decoded and cut into runs: on the executors "
         "(a row per run reaches the driver; Vigil's code is shipped to them) or in the driver (each record's "

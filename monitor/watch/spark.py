@@ -68,12 +68,18 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
+        .config("spark.driver.extraJavaOptions", driver_java_options(cfg, log_config))
         .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
         .getOrCreate()
     )
     spark.sparkContext.addPyFile(str(ship.executor_zip(cfg.state_dir)))
     return spark
+
+
+def driver_java_options(cfg: Config, log_config: Path) -> str:
+    """spark.driver.extraJavaOptions: the log configuration, then ``watch.driver_java_options``."""
+    return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}",
+                                  cfg.watch.driver_java_options.strip()]))
 
 
 def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False,

@@ -16,7 +16,7 @@ def test_a_five_minute_soak_keeps_fds_threads_state_and_checkpoint_flat(cluster_
     # partition; the checker's state reached its bound (about 1.1-1.5 MiB) 0.8 min after the first
     # batch in one run and 2.5 min in another (same code, 2026-11-26: a 2-minute warm-up then judged
     # the end of the climb as growth), so the warm-up is 3 minutes and 3 minutes are judged
-    cfg, path = watch_config(cluster_ready, tmp_path, "soak", 29479, watch={"horizon_offsets": 3000})
+    cfg, path = watch_config(cluster_ready, tmp_path, "soak", 29479, watch={"horizon_offsets": 3000, "driver_java_options": ""})
     report_dir = tmp_path / "report"
     proc = vigil(path, "soak", "--duration", "6m", "--interval", "15s", "--warmup", "3m", "--retention", "1m",
                  "--checks", "fds,threads,state,checkpoint", "--report", str(report_dir), "--json", timeout=720)

@@ -21,7 +21,7 @@ from monitor import child_run
 from monitor.audit.book import LedgerBook
 from monitor.child_run import scrape  # noqa: F401 - the tests import it from here
 from monitor.config import Config, parse
-from tests.integration.helpers import VIGIL, read_ledger
+from tests.integration.helpers import SHORT_RUN_JVM, VIGIL, read_ledger
 
 HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_mismatch", "inconsistent_offset",
            "aborted_read", "partial_txn", "outcome_gap", "g0_write_cycle", "eos_loss", "eos_duplicate", "group_skip",
@@ -38,7 +38,7 @@ def watch_config(cluster_env: dict, tmp: Path, name: str, port: int, **extra: An
         "ledger": {"topic": f"it-{name}-ledger"},
         "metrics": {"port": port},
         "watch": {"stall_threshold_s": 8, "lso_stuck_threshold_s": 6, "poll_timeout_ms": 15000,
-                  "restart_backoff_max_s": 4},
+                  "restart_backoff_max_s": 4, "driver_java_options": SHORT_RUN_JVM},
     }
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

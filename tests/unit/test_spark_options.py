@@ -19,3 +19,12 @@ def test_security_settings_reach_the_java_client_in_its_own_terms():
 def test_plaintext_has_only_the_bootstrap():
     assert spark_source(parse({"kafka": {"bootstrap_servers": "k:9092"}}), ledger=True) == {
         "kafka.bootstrap.servers": "k:9092", "kafka.security.protocol": "PLAINTEXT"}
+
+
+def test_the_drivers_java_options_follow_the_log_configuration(tmp_path):
+    from monitor.watch.spark import driver_java_options
+
+    log = tmp_path / "log4j2.properties"
+    assert driver_java_options(parse({}), log) == f"-Dlog4j2.configurationFile={log.resolve()}"
+    cfg = parse({"watch": {"driver_java_options": " -XX:TieredStopAtLevel=1 -Dx=y "}})
+    assert driver_java_options(cfg, log) == f"-Dlog4j2.configurationFile={log.resolve()} -XX:TieredStopAtLevel=1 -Dx=y"
