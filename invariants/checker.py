@@ -62,7 +62,7 @@ from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
 from invariants.reference_confirm import FindingsToConfirm
-from invariants.groups import GroupFinding, GroupJudge
+from invariants.groups import GroupFinding, GroupJudge, reused_by_rewrite
 from invariants.write_cycles import WriteCyclesFamily
 
 
@@ -517,11 +517,12 @@ class Checker(TopicLifecycle):
     def _acked_at(self, writer_id: int, inc: int, tid: str, p: int, first_offset: int, last_offset: int) -> None:
         """An acknowledgement that goes backwards for a writer and partition is evidence of a rewrite,
         at or below the new ack's offset (how far below, nobody can tell: :meth:`log_went_back`)."""
-        k = (writer_id, inc, tid, p)
-        top = self.max_acked.get(k)
-        if top is not None and first_offset < top:
-            self.log_went_back(tid, p, first_offset, top + 1)
-        self.max_acked[k] = max(last_offset, top if top is not None else -1)
+        reused = reused_by_rewrite(self.max_acked, (writer_id, inc, tid, p), first_offset, last_offset)
+        if reused is not None:
+            self.log_went_back(tid, p, first_offset, reused[1])
+            if self.group_source and tid == self.group_topic_id:  # no group_skip judged there (invariants.groups)
+                self.groups.rewritten(p, *reused)
+                self.group_skips.drop(tid, p, *reused)
 
     def _ledger_event(self, ev: LedgerEvent) -> None:
         if isinstance(ev, AckedRun):

@@ -72,7 +72,14 @@ forgotten, and so is what was consumed there when a member resets to it (Vigil's
 seeing it keeps the consumption: a member carrying on past the rewrite consumed the old records):
 the old log's commits and consumption say nothing of the new log's records at the same offsets
 (found on the local cluster: 242 false ``group_skip`` by the audit, 2 live, a node's partition
-wiped under the group, at offsets where the old log held transaction markers).
+wiped under the group, at offsets where the old log held transaction markers). No member need
+reset: one newly assigned the partition starts at the committed offset, which carries no leader
+epoch (KIP-320 validates only a position that has one), so where the new log already reached it
+the member fetches on from there and the new records below it never reach the group — as Kafka
+specifies. The writers' acknowledgements show the reused offsets (:func:`reused_by_rewrite`, from
+the ledger, the same for the audit and the checker): there no ``group_skip`` is judged at all
+(:meth:`GroupJudge.rewritten`; found in a targeted run of the wiped-partition test: 241 false
+``group_skip`` by the audit, 9 live, none of the members having reset).
 
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
@@ -162,6 +169,7 @@ class GroupJudge:
     observations_lost: int = 0  # gaps in the observation log (its head deleted counts as one)
     resets: int = 0  # positions the members reported reset (out of range)
     recreations: int = 0  # the canary topic recreated under its name while judged (see recreated())
+    reused: dict[int, OffsetSet] = field(default_factory=dict)  # p -> offsets a rewrite reused: no skip judged (see rewritten())
 
     MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
 
@@ -292,6 +300,23 @@ class GroupJudge:
         if ref:
             ref.discard_from(offset)
 
+    def rewritten(self, p: int, lo: int, hi: int) -> None:
+        """Offsets ``[lo, hi)`` of p were reused by a rewrite: the old log reached ``hi`` (the
+        writers' acknowledgements before theirs went backwards), the new one holds other records
+        from ``lo`` on. No ``group_skip`` is judged there, by any commit and whenever this is
+        learnt: a commit acknowledged before passed the old records, and a member whose fetch
+        starts at a committed offset inside the new log (one without a leader epoch is not
+        validated, KIP-320) never fetches the new records below it, as Kafka specifies; what was
+        consumed there says nothing either (found on the local cluster: 241 false ``group_skip`` by
+        the audit, 9 live, at the old log's transaction markers, no member having reset)."""
+        reused = self.reused.setdefault(p, OffsetSet())
+        if lo >= hi or not _minus_ranges(lo, hi, reused):
+            return  # (known already: each acknowledgement below the old log's end says it again)
+        reused.add_range(lo, hi)
+        ref = self.reference.get(p)
+        if ref:
+            self.reference[p] = _minus(ref, [(lo, hi)])
+
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
             del self.spans[key]
@@ -391,14 +416,16 @@ class GroupJudge:
     def read_reference_ranges(self, p: int, ranges: Iterable[tuple[int, int]], reader_at: int | None = None) -> None:
         """:meth:`read_reference` of the offsets in ``[lo, hi)`` ranges, ascending."""
         below = self.judged_to.get(p, 0)
+        reused = self.reused.get(p)
         top = None
         for lo, hi in ranges:
             lo = max(lo, below)
             if lo < hi:
-                self.reference.setdefault(p, OffsetSet()).add_range(lo, hi)
+                for a, b in _minus_ranges(lo, hi, reused):
+                    self.reference.setdefault(p, OffsetSet()).add_range(a, b)
                 top = hi if top is None else max(top, hi)
         if top is not None:
-            pending = self.reference[p]
+            pending = self.reference.get(p, OffsetSet())
             self.read_to[p] = max(self.read_to.get(p, 0), top)
             if len(pending) > self.MAX_UNJUDGED:  # no commit passing them for that long: the oldest are the audit's
                 self._judged_below(p, pending.nth(len(pending) - self.MAX_UNJUDGED * 9 // 10))
@@ -452,6 +479,7 @@ class GroupJudge:
             "judged_records": self.judged_records, "last_ts": self.last_ts, "stopped": sorted(self.stopped),
             "blind": self.blind, "observations_lost": self.observations_lost, "resets": self.resets,
             "recreations": self.recreations,
+            "reused": {str(p): s.to_runs() for p, s in self.reused.items() if s},
             "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
             "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor, s.stale,
                        s.committed]
@@ -481,6 +509,7 @@ class GroupJudge:
         j.blind, j.observations_lost = bool(doc.get("blind", False)), int(doc.get("observations_lost", 0))
         j.resets = int(doc.get("resets", 0))
         j.recreations = int(doc.get("recreations", 0))
+        j.reused = {int(p): OffsetSet.from_runs(runs) for p, runs in doc.get("reused", {}).items()}
         j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
         j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o), int(last),
                                            bool(seeking), bool(nf), bool(rest[0]) if rest else False,
@@ -501,3 +530,41 @@ class GroupJudge:
         j.rebalances = Counter({(str(m), str(r)): int(n) for m, r, n in doc.get("rebalances", [])})
         j.findings = [GroupFinding(str(i), int(p), int(o), str(m), int(a)) for i, p, o, m, a in doc.get("findings", [])]
         return j
+
+
+def _minus_ranges(lo: int, hi: int, out: OffsetSet | None) -> list[tuple[int, int]]:
+    """``[lo, hi)`` without the offsets of ``out``, as ranges."""
+    if not out:
+        return [(lo, hi)]
+    rest, at = [], lo
+    for first, count in out.to_runs():
+        a, b = max(first, lo), min(first + count, hi)
+        if a < b:
+            if at < a:
+                rest.append((at, a))
+            at = b
+    if at < hi:
+        rest.append((at, hi))
+    return rest
+
+
+def _minus(s: OffsetSet, ranges: list[tuple[int, int]]) -> OffsetSet:
+    out = OffsetSet()
+    cut = OffsetSet()
+    for lo, hi in ranges:
+        cut.add_range(lo, hi)
+    for first, count in s.to_runs():
+        for a, b in _minus_ranges(first, first + count, cut):
+            out.add_range(a, b)
+    return out
+
+
+def reused_by_rewrite(max_acked: dict, key: tuple, first: int, last: int) -> tuple[int, int] | None:
+    """One acknowledgement of records at offsets ``first..last``, ``key`` naming the writer
+    incarnation, topic ID and partition; ``max_acked`` holds each key's highest acknowledged offset
+    (updated here). An acknowledgement below that highest offset shows the log rewritten there:
+    the offsets ``[first, highest + 1)`` were reused (None when it does not go back). Acks arrive
+    in each writer incarnation's ledger order, so the audit and the checker find the same ranges."""
+    top = max_acked.get(key)
+    max_acked[key] = max(last, top if top is not None else -1)
+    return (first, top + 1) if top is not None and first < top else None

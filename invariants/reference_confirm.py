@@ -66,6 +66,13 @@ class FindingsToConfirm(Generic[F]):
         """Findings on offsets below ``cut``, which the view is about to forget: judged on what it holds."""
         return [c.data for c in self.pending.forget_below(key, cut) if v.held(c.data.offset) is not None]
 
+    def drop(self, topic_id: str, partition: int, lo: int, hi: int) -> None:
+        """Findings on offsets ``[lo, hi)`` of a partition are not findings after all (offsets a
+        rewrite reused: :meth:`invariants.groups.GroupJudge.rewritten`)."""
+        self.pending.items = [c for c in self.pending.items
+                              if not (c.key.topic_id == topic_id and c.data.partition == partition
+                                      and lo <= c.data.offset < hi)]
+
     def end_topic(self, topic_id: str, view: Callable[[ViewKey], PartitionView | None]) -> list[F]:
         """A topic ID that is gone (it cannot be read again): its findings judged on what the views hold."""
         ending = [c for c in self.pending.items if c.key.topic_id == topic_id]

@@ -27,6 +27,7 @@ from invariants.ledger_format import (
     Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd,
     TxnOutcome, WriteOutcome, decode,
 )
+from invariants.groups import reused_by_rewrite
 from invariants.model import TxnKey, WriteKey
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
 
@@ -87,6 +88,9 @@ class LedgerBook:
         self.log_starts: dict[tuple[str, int], int] = {}  # (topic ID, partition) -> highest recorded
         self.replaced: set[str] = set()  # IDs a writer found gone
         self.retired: set[str] = set()
+        self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic ID, partition) -> offset
+        # (topic ID, partition) -> offsets a rewrite reused, as the writers' acks show them (invariants.groups)
+        self.reused: dict[tuple[str, int], list[tuple[int, int]]] = {}
 
     def apply_raw(self, value: bytes | None) -> None:
         try:
@@ -150,6 +154,9 @@ class LedgerBook:
                                                                cls=w.cls)
         elif isinstance(body, Outcomes):
             for run in body.runs:
+                if run.outcome is WriteOutcome.ACKED and run.first_offset >= 0:
+                    self._acked_at(body.topic_id, run.partition, wid, inc, run.first_offset, run.count,
+                                   -1 if run.txn_id else run.log_start_after)
                 for i in range(run.count):
                     k = WriteKey(body.topic_id, run.partition, wid, inc, run.first_seq + i)
                     st = self.writes.get(k)
@@ -172,6 +179,16 @@ class LedgerBook:
         elif isinstance(body, Stop):
             w.stopped = True
             self._close(wid, inc, "writer stopped")
+
+    def _acked_at(self, tid: str, p: int, wid: int, inc: int, first: int, count: int, log_start_after: int) -> None:
+        """Acks in the writer's ledger order, as the checker takes them (those outside a transaction
+        below a log start listed after them are not acks at their offsets)."""
+        end = first + count
+        first += min(count, max(0, log_start_after - first))
+        if first < end:
+            reused = reused_by_rewrite(self.max_acked, (wid, inc, tid, p), first, end - 1)
+            if reused is not None:
+                self.reused.setdefault((tid, p), []).append(reused)
 
     def _join(self, w: WriterLedger, body: Checkpoint) -> None:
         """A writer that joined mid-stream, at its first checkpoint: its writes in flight and its

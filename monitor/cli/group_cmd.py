@@ -13,7 +13,7 @@ import typer
 from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
 from monitor.audit.reader import read_ledger
-from monitor.group.audit import audit, canary_recreated, ensure_observation_topic
+from monitor.group.audit import audit, canary_recreated, ensure_observation_topic, reused_offsets
 from monitor.group.runner import GroupRunner, canary_for
 
 app = typer.Typer(help="The consumer-group canary: `groups.members` member processes subscribed to the canary topic "
@@ -84,10 +84,13 @@ def audit_cmd(
     """Judge the group from the observation topic and the canary topic: exit 1 on any group_skip
     or group_rewind (rebalance_stall is liveness: reported, not a failure)."""
     cfg = load_config(config)
-    entries, _bad, _starts = read_ledger(cfg)  # a recreated canary topic: no group_skip judged
+    # a recreated canary topic: no group_skip judged; nor at offsets a rewrite reused
+    entries, _bad, _starts = read_ledger(cfg)
     info = clients.describe_topic(clients.admin(cfg), cfg.canary.name)
+    topic_id = info.topic_id if info else None
     result = audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms,
-                   recreated=canary_recreated(entries, cfg.canary.name, info.topic_id if info else None))
+                   recreated=canary_recreated(entries, cfg.canary.name, topic_id),
+                   reused=reused_offsets(entries, cfg.canary.name, topic_id))
     out = result.summary()
     if as_json:
         print_json(out)

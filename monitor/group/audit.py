@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from invariants.groups import GroupFinding, GroupJudge
 from invariants.ledger_format import LedgerEntry
@@ -58,6 +58,18 @@ def canary_recreated(entries: Iterable[LedgerEntry], name: str, topic_id_now: st
     return len(topic_ids_of(entries, name) | ({topic_id_now} if topic_id_now else set())) > 1
 
 
+def reused_offsets(entries: Iterable[LedgerEntry], name: str, topic_id_now: str | None) -> dict[int, list[tuple[int, int]]]:
+    """Per partition of the canary topic as it is now, the offsets a rewrite reused, as the writers'
+    acknowledgements in the ledger show them (:func:`invariants.groups.reused_by_rewrite`): no
+    ``group_skip`` is judged there, as live."""
+    from monitor.audit.book import LedgerBook
+
+    book = LedgerBook([name])
+    for e in entries:
+        book.apply(e)
+    return {p: ranges for (tid, p), ranges in book.reused.items() if tid == topic_id_now}
+
+
 def ensure_observation_topic(cfg: Config) -> None:
     """One partition: its offsets order every member's observations."""
     admin = clients.admin(cfg)
@@ -79,10 +91,11 @@ def read_observations(cfg: Config, topic: str, canary_topic: str | None, timeout
 
 
 def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0,
-          recreated: bool = False) -> GroupAudit:
+          recreated: bool = False, reused: Mapping[int, Iterable[tuple[int, int]]] | None = None) -> GroupAudit:
     """``recreated``: the canary topic was recreated under its name within the history (the
     ledger knows more than one ID for it): ``group_skip`` is not judged
-    (:meth:`invariants.groups.GroupJudge.recreated`)."""
+    (:meth:`invariants.groups.GroupJudge.recreated`). ``reused``: per partition, offsets a
+    rewrite reused (:func:`reused_offsets`), where it is not judged either."""
     admin = clients.admin(cfg)
     info = clients.describe_topic(admin, topic)
     if info is None or clients.describe_topic(admin, obs_topic) is None:
@@ -90,6 +103,9 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     judge = GroupJudge(stall_ms=stall_ms)
     if recreated:
         judge.recreated()
+    for p, ranges in (reused or {}).items():
+        for lo, hi in ranges:
+            judge.rewritten(p, lo, hi)
     log = read_observations(cfg, obs_topic, topic, timeout_s)
     seen = log.seen
     for at, obs in seen:
