@@ -53,6 +53,7 @@ from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, ReadRun, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey,
     is_canary, one_by_one, read_offsets, read_ranges,
 )
+from invariants.offset_set import OffsetSet
 from invariants.offsets import OffsetsFamily
 from invariants.promises import GUARANTEED, Promise, WriteClass, read_record
 from invariants.read_index import PartitionView
@@ -62,7 +63,7 @@ from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
 from invariants.reference_confirm import FindingsToConfirm
-from invariants.groups import GroupFinding, GroupJudge, reused_by_rewrite
+from invariants.groups import GroupFinding, GroupJudge, acks_in_order, reused_by_rewrite
 from invariants.write_cycles import WriteCyclesFamily
 
 
@@ -107,6 +108,9 @@ class Checker(TopicLifecycle):
         self.refused_refetches: dict[tuple[Isolation, str, int], int] = {}  # in a row, per reader and partition
         self.suspects: dict[ViewKey, list[list[int]]] = {}  # ranges to read again (evidence of a rewrite)
         self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic, partition) -> offset
+        # (topic ID, partition) -> offsets a rewrite reused, by in-order writers' acks (invariants.groups):
+        # kept apart from the group judge, which takes them on when it takes on the topic ID
+        self.rewrites: dict[tuple[str, int], OffsetSet] = {}
         self._dirty: set[ViewKey] = set()
         self.topics = TopicAttribution()
         self.recorded_log_start: dict[tuple[str, int], int] = {}  # from the writers' checkpoints
@@ -315,6 +319,10 @@ class Checker(TopicLifecycle):
             if self.group_topic_id or self.fold.watched_ids - {topic_id, ""}:
                 self.groups.recreated()
             self.group_topic_id = topic_id
+            for (tid, p), reused in self.rewrites.items():  # learnt from the ledger before (a new checker)
+                if tid == topic_id:
+                    for first, count in reused.to_runs():
+                        self.groups.rewritten(p, first, first + count)
         return self.groups
 
     def apply_group_observations(self, observations: Sequence[tuple[int, Mapping]],
@@ -514,15 +522,18 @@ class Checker(TopicLifecycle):
                           cls)
         self._dirty.add(key)
 
-    def _acked_at(self, writer_id: int, inc: int, tid: str, p: int, first_offset: int, last_offset: int) -> None:
+    def _acked_at(self, writer_id: int, inc: int, tid: str, p: int, first_offset: int, last_offset: int,
+                  cls: WriteClass) -> None:
         """An acknowledgement that goes backwards for a writer and partition is evidence of a rewrite,
         at or below the new ack's offset (how far below, nobody can tell: :meth:`log_went_back`)."""
         reused = reused_by_rewrite(self.max_acked, (writer_id, inc, tid, p), first_offset, last_offset)
         if reused is not None:
             self.log_went_back(tid, p, first_offset, reused[1])
-            if self.group_source and tid == self.group_topic_id:  # no group_skip judged there (invariants.groups)
-                self.groups.rewritten(p, *reused)
-                self.group_skips.drop(tid, p, *reused)
+            if acks_in_order(cls):  # no group_skip judged there (invariants.groups)
+                self.rewrites.setdefault((tid, p), OffsetSet()).add_range(*reused)
+                if self.group_source and tid == self.group_topic_id:
+                    self.groups.rewritten(p, *reused)
+                    self.group_skips.drop(tid, p, *reused)
 
     def _ledger_event(self, ev: LedgerEvent) -> None:
         if isinstance(ev, AckedRun):
@@ -537,13 +548,13 @@ class Checker(TopicLifecycle):
                 ev = replace(ev, first_seq=ev.first_seq + bogus, count=ev.count - bogus,
                              first_offset=ev.first_offset + bogus)
             self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset,
-                           ev.first_offset + ev.count - 1)
+                           ev.first_offset + ev.count - 1, ev.cls)
             for iso in (RU, RC):
                 self._expect(iso, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc,
                              ev.first_seq, ev.done_ts_us, ev.cls)
         elif isinstance(ev, TxnWritesAcked):  # (as each write acked one after another)
             last = ev.first_offset + ev.count - 1
-            self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset, last)
+            self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset, last, ev.cls)
             self._expect(RU, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc, ev.first_seq,
                          ev.done_ts_us, ev.cls)
             if self.txns.on_acked(ev):

@@ -15,6 +15,7 @@ from invariants.reference_confirm import FindingsToConfirm
 from invariants.groups import GroupFinding, GroupJudge
 from invariants.ledger_format import TopicSettings, WriterSettings
 from invariants.model import Durability, Settings, ViewKey, Violation
+from invariants.offset_set import OffsetSet
 from invariants.offsets import OffsetsFamily
 from invariants.promises import ClassTable
 from invariants.read_index import PartitionView
@@ -40,6 +41,7 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "dirty": [key.to_doc() for key in ck._dirty],
         "suspects": [[key.to_doc(), ranges] for key, ranges in ck.suspects.items() if ranges],
         "max_acked": [[*k, off] for k, off in ck.max_acked.items()],
+        "rewrites": [[tid, p, s.to_runs()] for (tid, p), s in ck.rewrites.items() if s],
         "writer_classes": [[wid, inc, t.ref(c)] for (wid, inc), c in ck.writer_classes.items()],
         "topic_settings": [[tid, s.replication_factor, s.min_insync_replicas, s.unclean_leader_election]
                            for tid, s in ck.topic_settings.items()],
@@ -82,6 +84,7 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     ck._dirty = {ViewKey.from_doc(k) for k in doc["dirty"]}
     ck.suspects = {ViewKey.from_doc(k): ranges for k, ranges in doc["suspects"]}
     ck.max_acked = {tuple(row[:4]): row[4] for row in doc["max_acked"]}
+    ck.rewrites = {(tid, p): OffsetSet.from_runs(runs) for tid, p, runs in doc.get("rewrites", [])}  # (absent before)
     ck.writer_classes = {(wid, inc): t.get(i) for wid, inc, i in doc["writer_classes"]}
     ck.topic_settings = {tid: TopicSettings(rf, isr, unclean) for tid, rf, isr, unclean in doc["topic_settings"]}
     ck.writer_info = {row[0]: WriterSettings(*row) for row in doc["writer_info"]}

@@ -104,6 +104,7 @@ from typing import Iterable, Mapping
 
 from invariants.doc_runs import run_offsets
 from invariants.offset_set import OffsetSet, ranges_of
+from invariants.promises import NOT_IDEMPOTENT, WriteClass
 
 @dataclass(frozen=True)
 class GroupFinding:
@@ -568,3 +569,11 @@ def reused_by_rewrite(max_acked: dict, key: tuple, first: int, last: int) -> tup
     top = max_acked.get(key)
     max_acked[key] = max(last, top if top is not None else -1)
     return (first, top + 1) if top is not None and first < top else None
+
+
+def acks_in_order(cls: WriteClass) -> bool:
+    """Whether a writer's acknowledgements come in its records' offset order on each partition, so
+    one going backwards shows a rewrite: not a writer without idempotence, whose retried batch may
+    land behind a later one (its class says so; an unknown class is taken as in order, on both
+    sides alike)."""
+    return cls.order.reason != NOT_IDEMPOTENT

@@ -129,10 +129,13 @@ def topic_ids_of(entries: Iterable[LedgerEntry], name: str) -> set[str]:
     return ids - {""}
 
 
+NOT_IDEMPOTENT = "not idempotent"
+
+
 def ordering(writer: WriterSettings, topic: TopicSettings | None) -> Promise:
     """Duplicates and reorders of one writer's records."""
     if not writer.idempotence:
-        return Promise(Durability.AT_RISK, "not idempotent")
+        return Promise(Durability.AT_RISK, NOT_IDEMPOTENT)
     return read_record(topic)
 
 

@@ -69,6 +69,7 @@ class TopicLifecycle:
             self.unconfirmed.forget_topic(tid)
             self.cycles.forget_topic(tid)
             self.max_acked = {k: v for k, v in self.max_acked.items() if k[2] != tid}
+            self.rewrites = {k: v for k, v in self.rewrites.items() if k[0] != tid}
             self.log_start = {k: v for k, v in self.log_start.items() if k[0] != tid}
 
     def _intended_id(self, partition: int, r: Read) -> str | None:

@@ -27,7 +27,7 @@ from invariants.ledger_format import (
     Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd,
     TxnOutcome, WriteOutcome, decode,
 )
-from invariants.groups import reused_by_rewrite
+from invariants.groups import acks_in_order, reused_by_rewrite
 from invariants.model import TxnKey, WriteKey
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
 
@@ -156,7 +156,7 @@ class LedgerBook:
             for run in body.runs:
                 if run.outcome is WriteOutcome.ACKED and run.first_offset >= 0:
                     self._acked_at(body.topic_id, run.partition, wid, inc, run.first_offset, run.count,
-                                   -1 if run.txn_id else run.log_start_after)
+                                   -1 if run.txn_id else run.log_start_after, w.cls)
                 for i in range(run.count):
                     k = WriteKey(body.topic_id, run.partition, wid, inc, run.first_seq + i)
                     st = self.writes.get(k)
@@ -180,14 +180,15 @@ class LedgerBook:
             w.stopped = True
             self._close(wid, inc, "writer stopped")
 
-    def _acked_at(self, tid: str, p: int, wid: int, inc: int, first: int, count: int, log_start_after: int) -> None:
+    def _acked_at(self, tid: str, p: int, wid: int, inc: int, first: int, count: int, log_start_after: int,
+                  cls: WriteClass) -> None:
         """Acks in the writer's ledger order, as the checker takes them (those outside a transaction
         below a log start listed after them are not acks at their offsets)."""
         end = first + count
         first += min(count, max(0, log_start_after - first))
         if first < end:
             reused = reused_by_rewrite(self.max_acked, (wid, inc, tid, p), first, end - 1)
-            if reused is not None:
+            if reused is not None and acks_in_order(cls):
                 self.reused.setdefault((tid, p), []).append(reused)
 
     def _join(self, w: WriterLedger, body: Checkpoint) -> None:

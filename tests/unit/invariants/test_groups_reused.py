@@ -117,3 +117,35 @@ def test_the_audit_and_the_checker_find_the_same_reused_offsets_and_a_held_skip_
     ck.apply_ledger(story.entries)
     assert ck.groups.reused[0].to_runs() == [[2, 9]]  # [2, 11), as the audit has it
     assert [v for v in read_again(ck) if v.invariant.value == "group_skip"] == []
+
+
+def test_a_new_checker_takes_on_the_ranges_the_ledger_showed_before_the_group_topic_and_a_restart_keeps_them():
+    ck = Checker()  # a new `vigil watch` or a rebuild: the ledger comes before any group observation
+    ck.note_topic("canary", TID)
+    ck.group_source = "canary"
+    ck.apply_ledger(rewritten_story().entries)
+    ck = Checker.from_doc(json.loads(json.dumps(ck.to_doc())), ck.settings)
+    ck.group_source = "canary"
+    apply_batch(ck, rows([observations.encode("a", "assigned", p=[0])]), lambda _n: TID, group_reader_at={0: 0})
+    assert ck.groups.reused[0].to_runs() == [[2, 9]]
+
+
+def test_a_writer_without_idempotence_going_back_shows_no_rewrite_to_the_group():
+    from dataclasses import replace
+
+    from invariants.ledger_format import WriterSettings
+
+    story = rewritten_story()
+    start = story.entries[0]
+    plain = WriterSettings("w", "canary", "all", False, False, 30000)
+    story.entries[0] = replace(start, body=replace(start.body, settings=plain))
+    book = LedgerBook()
+    for e in story.entries:
+        book.apply(e)
+    assert book.reused == {}  # a retried batch behind a later one is no rewrite
+    ck = Checker()
+    ck.note_topic("canary", TID)
+    ck.group_source = "canary"
+    apply_batch(ck, rows([observations.encode("a", "assigned", p=[0])]), lambda _n: TID, group_reader_at={0: 0})
+    ck.apply_ledger(story.entries)
+    assert not ck.groups.reused and not ck.rewrites
