@@ -311,12 +311,12 @@ class GroupJudge:
         consumed there says nothing either (found on the local cluster: 241 false ``group_skip`` by
         the audit, 9 live, at the old log's transaction markers, no member having reset)."""
         reused = self.reused.setdefault(p, OffsetSet())
-        if lo >= hi or not _minus_ranges(lo, hi, reused):
+        if reused.covers(lo, hi):
             return  # (known already: each acknowledgement below the old log's end says it again)
         reused.add_range(lo, hi)
         ref = self.reference.get(p)
         if ref:
-            self.reference[p] = _minus(ref, [(lo, hi)])
+            ref.discard_range(lo, hi)
 
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
@@ -417,16 +417,16 @@ class GroupJudge:
     def read_reference_ranges(self, p: int, ranges: Iterable[tuple[int, int]], reader_at: int | None = None) -> None:
         """:meth:`read_reference` of the offsets in ``[lo, hi)`` ranges, ascending."""
         below = self.judged_to.get(p, 0)
-        reused = self.reused.get(p)
         top = None
         for lo, hi in ranges:
             lo = max(lo, below)
             if lo < hi:
-                for a, b in _minus_ranges(lo, hi, reused):
-                    self.reference.setdefault(p, OffsetSet()).add_range(a, b)
+                self.reference.setdefault(p, OffsetSet()).add_range(lo, hi)
                 top = hi if top is None else max(top, hi)
         if top is not None:
-            pending = self.reference.get(p, OffsetSet())
+            pending = self.reference[p]
+            for first, count in self.reused.get(p, OffsetSet()).to_runs():  # judged by no commit (rewritten())
+                pending.discard_range(first, first + count)
             self.read_to[p] = max(self.read_to.get(p, 0), top)
             if len(pending) > self.MAX_UNJUDGED:  # no commit passing them for that long: the oldest are the audit's
                 self._judged_below(p, pending.nth(len(pending) - self.MAX_UNJUDGED * 9 // 10))
@@ -531,33 +531,6 @@ class GroupJudge:
         j.rebalances = Counter({(str(m), str(r)): int(n) for m, r, n in doc.get("rebalances", [])})
         j.findings = [GroupFinding(str(i), int(p), int(o), str(m), int(a)) for i, p, o, m, a in doc.get("findings", [])]
         return j
-
-
-def _minus_ranges(lo: int, hi: int, out: OffsetSet | None) -> list[tuple[int, int]]:
-    """``[lo, hi)`` without the offsets of ``out``, as ranges."""
-    if not out:
-        return [(lo, hi)]
-    rest, at = [], lo
-    for first, count in out.to_runs():
-        a, b = max(first, lo), min(first + count, hi)
-        if a < b:
-            if at < a:
-                rest.append((at, a))
-            at = b
-    if at < hi:
-        rest.append((at, hi))
-    return rest
-
-
-def _minus(s: OffsetSet, ranges: list[tuple[int, int]]) -> OffsetSet:
-    out = OffsetSet()
-    cut = OffsetSet()
-    for lo, hi in ranges:
-        cut.add_range(lo, hi)
-    for first, count in s.to_runs():
-        for a, b in _minus_ranges(first, first + count, cut):
-            out.add_range(a, b)
-    return out
 
 
 def reused_by_rewrite(max_acked: dict, key: tuple, first: int, last: int) -> tuple[int, int] | None:

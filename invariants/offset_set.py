@@ -83,6 +83,22 @@ class OffsetSet:
             self._count -= self._hi[-1] - offset
             self._hi[-1] = offset
 
+    def discard_range(self, lo: int, hi: int) -> None:
+        """Every offset in ``[lo, hi)`` taken out."""
+        i = bisect.bisect_right(self._hi, lo)  # the first range ending after lo
+        j = bisect.bisect_left(self._lo, hi)  # ranges [i, j) overlap [lo, hi)
+        if lo >= hi or i >= j:
+            return
+        kept = [(a, b) for a, b in ((self._lo[i], lo), (hi, self._hi[j - 1])) if a < b]
+        self._count -= sum(self._hi[k] - self._lo[k] for k in range(i, j)) - sum(b - a for a, b in kept)
+        self._lo[i:j] = [a for a, _b in kept]
+        self._hi[i:j] = [b for _a, b in kept]
+
+    def covers(self, lo: int, hi: int) -> bool:
+        """Whether every offset in ``[lo, hi)`` is in the set."""
+        i = bisect.bisect_right(self._lo, lo) - 1  # the last range starting at or below lo
+        return lo >= hi or (i >= 0 and self._hi[i] >= hi)
+
     def below(self, limit: int) -> Iterator[int]:
         """The offsets below ``limit``, ascending."""
         for lo, hi in zip(self._lo, self._hi):

@@ -29,6 +29,7 @@ from invariants.ledger_format import (
 )
 from invariants.groups import acks_in_order, reused_by_rewrite
 from invariants.model import TxnKey, WriteKey
+from invariants.offset_set import OffsetSet
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
 
 
@@ -90,7 +91,15 @@ class LedgerBook:
         self.retired: set[str] = set()
         self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic ID, partition) -> offset
         # (topic ID, partition) -> offsets a rewrite reused, as the writers' acks show them (invariants.groups)
-        self.reused: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        self.reused: dict[tuple[str, int], OffsetSet] = {}
+
+    @classmethod
+    def of(cls, entries: Iterable[LedgerEntry], watched: Iterable[str] | None = None) -> "LedgerBook":
+        """The book of ``entries``, in ledger order."""
+        book = cls(watched)
+        for e in entries:
+            book.apply(e)
+        return book
 
     def apply_raw(self, value: bytes | None) -> None:
         try:
@@ -189,7 +198,7 @@ class LedgerBook:
         if first < end:
             reused = reused_by_rewrite(self.max_acked, (wid, inc, tid, p), first, end - 1)
             if reused is not None and acks_in_order(cls):
-                self.reused.setdefault((tid, p), []).append(reused)
+                self.reused.setdefault((tid, p), OffsetSet()).add_range(*reused)
 
     def _join(self, w: WriterLedger, body: Checkpoint) -> None:
         """A writer that joined mid-stream, at its first checkpoint: its writes in flight and its

@@ -37,6 +37,7 @@ from typing import Any, Iterable
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import LedgerEntry, TxnOutcome, WriteOutcome
 from invariants.model import Durability, TxnKey, WriteKey, lost_cause
+from invariants.offset_set import OffsetSet
 from invariants.promises import GUARANTEED, KAFKA_ALLOWS, UNKNOWN, Promise
 from monitor.audit.book import LedgerBook
 
@@ -65,6 +66,7 @@ class AuditResult:
     unconfirmed_missing: dict[Isolation, int] = field(default_factory=lambda: {RC: 0, RU: 0})
     writers_joined_mid_stream: int = 0
     undecided_writes: set[tuple[str, str, int, int, int, int]] = field(default_factory=set)  # iso, tid, p, wid, inc, seq
+    reused: dict[tuple[str, int], OffsetSet] = field(default_factory=dict)  # the ledger's (LedgerBook.reused)
 
     def add(self, inv: Invariant, iso: Isolation, n: int = 1, promise: Promise = GUARANTEED, writer_name: str = "",
             **example: Any) -> None:
@@ -104,11 +106,9 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
     returned: read_committed returns nothing for an aborted transaction's records, and a log that
     begins with some (a partition wiped and written again, its first transaction aborted) holds
     other records at the offsets below — an acknowledged write there is missing, not expired."""
-    book = LedgerBook(watched)
-    for e in ledger_entries:
-        book.apply(e)
+    book = LedgerBook.of(ledger_entries, watched)
     log_start = log_start or {}
-    res = AuditResult()
+    res = AuditResult(reused=book.reused)
     for missing in book.gaps().values():
         res.add(Invariant.OUTCOME_GAP, NONE, len(missing), entries=missing[:10])
 

@@ -45,7 +45,7 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
 
         group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s,
                             recreated=canary_recreated(h.entries, cfg.canary.name, h.topic_id),
-                            reused=reused_offsets(h.entries, cfg.canary.name, h.topic_id or None))
+                            reused=reused_offsets(result.reused, h.topic_id or None))
         canaries.update({inv: group.counts[inv.value]
                          for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
         details["groups"] = group.summary()

@@ -12,6 +12,7 @@ import typer
 
 from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
+from monitor.audit.book import LedgerBook
 from monitor.audit.reader import read_ledger
 from monitor.group.audit import audit, canary_recreated, ensure_observation_topic, reused_offsets
 from monitor.group.runner import GroupRunner, canary_for
@@ -90,7 +91,7 @@ def audit_cmd(
     topic_id = info.topic_id if info else None
     result = audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms,
                    recreated=canary_recreated(entries, cfg.canary.name, topic_id),
-                   reused=reused_offsets(entries, cfg.canary.name, topic_id))
+                   reused=reused_offsets(LedgerBook.of(entries, [cfg.canary.name]).reused, topic_id))
     out = result.summary()
     if as_json:
         print_json(out)

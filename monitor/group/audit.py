@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from invariants.groups import GroupFinding, GroupJudge
 from invariants.ledger_format import LedgerEntry
+from invariants.offset_set import OffsetSet
 from invariants.promises import topic_ids_of
 from monitor import clients
 from monitor.audit.reader import AuditReadError, read_committed_now, read_past
@@ -58,16 +59,11 @@ def canary_recreated(entries: Iterable[LedgerEntry], name: str, topic_id_now: st
     return len(topic_ids_of(entries, name) | ({topic_id_now} if topic_id_now else set())) > 1
 
 
-def reused_offsets(entries: Iterable[LedgerEntry], name: str, topic_id_now: str | None) -> dict[int, list[tuple[int, int]]]:
-    """Per partition of the canary topic as it is now, the offsets a rewrite reused, as the writers'
-    acknowledgements in the ledger show them (:func:`invariants.groups.reused_by_rewrite`): no
-    ``group_skip`` is judged there, as live."""
-    from monitor.audit.book import LedgerBook
-
-    book = LedgerBook([name])
-    for e in entries:
-        book.apply(e)
-    return {p: ranges for (tid, p), ranges in book.reused.items() if tid == topic_id_now}
+def reused_offsets(reused: Mapping[tuple[str, int], OffsetSet], topic_id_now: str | None) -> dict[int, OffsetSet]:
+    """Of the offsets a rewrite reused per (topic ID, partition), as the ledger's writers'
+    acknowledgements show them (:attr:`monitor.audit.book.LedgerBook.reused`), those of the canary
+    topic as it is now, per partition: no ``group_skip`` is judged there, as live."""
+    return {p: offsets for (tid, p), offsets in reused.items() if tid == topic_id_now}
 
 
 def ensure_observation_topic(cfg: Config) -> None:
@@ -91,7 +87,7 @@ def read_observations(cfg: Config, topic: str, canary_topic: str | None, timeout
 
 
 def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0,
-          recreated: bool = False, reused: Mapping[int, Iterable[tuple[int, int]]] | None = None) -> GroupAudit:
+          recreated: bool = False, reused: Mapping[int, OffsetSet] | None = None) -> GroupAudit:
     """``recreated``: the canary topic was recreated under its name within the history (the
     ledger knows more than one ID for it): ``group_skip`` is not judged
     (:meth:`invariants.groups.GroupJudge.recreated`). ``reused``: per partition, offsets a
@@ -103,9 +99,9 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     judge = GroupJudge(stall_ms=stall_ms)
     if recreated:
         judge.recreated()
-    for p, ranges in (reused or {}).items():
-        for lo, hi in ranges:
-            judge.rewritten(p, lo, hi)
+    for p, offsets in (reused or {}).items():
+        for first, count in offsets.to_runs():
+            judge.rewritten(p, first, first + count)
     log = read_observations(cfg, obs_topic, topic, timeout_s)
     seen = log.seen
     for at, obs in seen:

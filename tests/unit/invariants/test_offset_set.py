@@ -12,6 +12,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("add"), st.integers(0, 60), st.integers(0, 60)),
     st.tuples(st.just("discard_below"), st.integers(0, 70), st.just(0)),
     st.tuples(st.just("discard_from"), st.integers(0, 70), st.just(0)),
+    st.tuples(st.just("discard_range"), st.integers(0, 70), st.integers(0, 12)),
 ), max_size=40)
 
 
@@ -29,15 +30,19 @@ def test_an_offset_set_is_the_set_of_its_offsets(given_ops):
         elif op == "discard_below":
             s.discard_below(a)
             model = {o for o in model if o >= a}
-        else:
+        elif op == "discard_from":
             s.discard_from(a)
             model = {o for o in model if o < a}
+        else:
+            s.discard_range(a, a + b)
+            model -= set(range(a, a + b))
         assert list(s) == sorted(model) and len(s) == len(model) and bool(s) == bool(model)
         assert list(s.below(30)) == sorted(o for o in model if o < 30)
         assert all(s.nth(k) == o for k, o in enumerate(sorted(model)))
         runs = s.to_runs()
         assert all(a[0] + a[1] < b[0] for a, b in zip(runs, runs[1:]))  # disjoint, never touching
         assert OffsetSet.from_runs(runs) == s
+        assert all(s.covers(lo, lo + n) == (set(range(lo, lo + n)) <= model) for lo in range(0, 75, 5) for n in (0, 1, 4))
 
 
 def test_ranges_of_offsets():
