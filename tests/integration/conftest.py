@@ -10,6 +10,7 @@ from monitor.canary.runner import prepare_topics
 from monitor.chaos.heal import heal_cluster
 from monitor.cluster.local_cluster import LocalCluster
 from tests.integration.helpers import make_config
+from tests.integration.watch_helpers import Background
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +47,14 @@ def cluster_ready(cluster_env):
     healthy(cluster_env["cluster"])
     yield cluster_env
     healthy(cluster_env["cluster"])
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_background():
+    """A background `vigil` a test left running (it failed before stopping it, or killed only
+    its first process) is ended with everything it started: it would take the CPU of the tests
+    after it, and outlive the session's cluster."""
+    yield
+    left = Background.stop_leftovers()
+    if left:
+        print(f"stopped background commands the test left running: {left}")

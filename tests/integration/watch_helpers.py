@@ -51,13 +51,36 @@ def watch_config(cluster_env: dict, tmp: Path, name: str, port: int, **extra: An
 
 
 class Background:
-    """A `vigil` command running in the background, its output in files."""
+    """A `vigil` command running in the background, its output in files. It runs in a process
+    group of its own, so that :meth:`stop_leftovers` (after every integration test) ends it and
+    whatever it started, also when the test failed before stopping it or killed it with -9."""
+
+    started: list["Background"] = []
 
     def __init__(self, config_path: Path, *args: str, name: str = "bg") -> None:
         self.out = config_path.parent / f"{name}.out"
         self.err = config_path.parent / f"{name}.err"
         self.proc = subprocess.Popen(VIGIL + list(args) + ["--config", str(config_path)],
-                                     stdout=self.out.open("w"), stderr=self.err.open("w"))
+                                     stdout=self.out.open("w"), stderr=self.err.open("w"), start_new_session=True)
+        Background.started.append(self)
+
+    @classmethod
+    def stop_leftovers(cls, grace_s: float = 60) -> list[str]:
+        """SIGTERM to the process group of every background command started since the last call,
+        SIGKILL to what is left of it after ``grace_s``; the commands that were still running."""
+        groups = {bg.proc.pid: bg for bg in cls.started}
+        cls.started.clear()
+        leftover = [" ".join(bg.proc.args[3:-2]) for bg in groups.values() if bg.proc.poll() is None]
+        alive = [pgid for pgid in groups if _signal_group(pgid, signal.SIGTERM)]
+        deadline = time.monotonic() + grace_s
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for bg in groups.values():
+                bg.proc.poll()  # reap the leader, or the group stays non-empty
+            alive = [pgid for pgid in alive if _signal_group(pgid, 0)]
+        for pgid in alive:
+            _signal_group(pgid, signal.SIGKILL)
+        return leftover
 
     def stop(self, timeout: float = 180) -> int:
         if self.proc.poll() is None:
@@ -95,6 +118,15 @@ class Background:
 
     def stdout_json(self) -> Any:
         return json.loads(self.out.read_text().strip().splitlines()[-1])
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; whether any process of it was there."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def violations(port: int) -> dict[tuple[str, str], int]:
