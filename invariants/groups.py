@@ -170,7 +170,7 @@ class GroupJudge:
     observations_lost: int = 0  # gaps in the observation log (its head deleted counts as one)
     resets: int = 0  # positions the members reported reset (out of range)
     recreations: int = 0  # the canary topic recreated under its name while judged (see recreated())
-    reused: dict[int, OffsetSet] = field(default_factory=dict)  # p -> offsets a rewrite reused: no skip judged (see rewritten())
+    reused: dict[int, OffsetSet] = field(default_factory=dict)  # p -> offsets a rewrite reused, above judged_to: no skip judged (see rewritten())
 
     MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
 
@@ -275,7 +275,7 @@ class GroupJudge:
             span.stale, span.started, span.floor, span.no_floor, span.own_ack, span.last = True, True, None, True, -1, -1
             span.seeking = False
         for log in (self.commits, self.pending_ack, self.first_consumed, self.max_consumed, self.to_judge,
-                    self.judged_to, self.reference, self.read_to):
+                    self.judged_to, self.reference, self.read_to, self.reused):
             log.clear()
         self.blind = True
         self.recreations += 1
@@ -310,6 +310,9 @@ class GroupJudge:
         validated, KIP-320) never fetches the new records below it, as Kafka specifies; what was
         consumed there says nothing either (found on the local cluster: 241 false ``group_skip`` by
         the audit, 9 live, at the old log's transaction markers, no member having reset)."""
+        lo = max(lo, self.judged_to.get(p, 0))  # (below, nothing is judged any more: kept no longer)
+        if lo >= hi:
+            return
         reused = self.reused.setdefault(p, OffsetSet())
         if reused.covers(lo, hi):
             return  # (known already: each acknowledgement below the old log's end says it again)
@@ -464,9 +467,9 @@ class GroupJudge:
         """Everything on p below ``limit`` is judged (or given up): forgotten."""
         if limit <= self.judged_to.get(p, 0):
             return
-        pending = self.reference.get(p)
-        if pending:
-            pending.discard_below(limit)
+        for offsets in (self.reference.get(p), self.reused.get(p)):
+            if offsets:
+                offsets.discard_below(limit)
         seen = self.first_consumed.get(p, {})
         for o in [o for o in seen if o < limit]:
             del seen[o]

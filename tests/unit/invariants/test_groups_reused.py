@@ -80,6 +80,23 @@ def test_a_reused_range_is_judged_by_no_commit_whenever_it_is_learnt(audit, wind
     assert skips(drop, audit, window_at, restart_at) == ([] if drop is None else [20])  # a real skip above it stays
 
 
+def test_a_reused_range_is_kept_only_above_what_is_judged_and_not_past_a_recreation():
+    j = GroupJudge()
+    j.rewritten(0, 0, 11)
+    j.read_reference(0, range(30), reader_at=30)
+    for at, (m, k, f) in enumerate(OLD[:1] + [("a", "consumed", {"r": {"0": [[o, 1] for o in range(11, 20)]}}),
+                                              ("a", "intent", {"o": {"0": 20}}), ("a", "ack", {"r": "ok"})]):
+        j.observe(at, {"m": m, "k": k, "t": at, **f})
+    assert [f.offset for f in j.judge() if f.invariant == "group_skip"] == []
+    assert j.judged_to[0] == 20 and not j.reused[0]  # all of it below what is judged: forgotten
+    j.rewritten(0, 3, 11)  # the old log's end said again by a later acknowledgement below it
+    assert not j.reused[0]
+    j.rewritten(0, 15, 25)
+    assert j.reused[0].to_runs() == [[20, 5]]  # only above what is judged
+    j.recreated()  # another topic's offsets from here on
+    assert j.reused == {}
+
+
 def test_acks_going_backwards_name_the_reused_offsets():
     top: dict = {}
     assert reused_by_rewrite(top, "k", 0, 9) is None and reused_by_rewrite(top, "k", 10, 10) is None
@@ -116,7 +133,8 @@ def test_the_audit_and_the_checker_find_the_same_reused_offsets_and_a_held_skip_
                 group_reader_at={0: 8})
     assert [(w.lo, w.hi) for w in ck.refetch_wanted()] == [(4, 6)]  # the skips at 4 and 5, held for a re-read
     ck.apply_ledger(story.entries)
-    assert ck.groups.reused[0].to_runs() == [[2, 9]] and ck.rewrites == book.reused  # [2, 11), as the audit has it
+    assert ck.rewrites == book.reused  # [2, 11), as the audit has it
+    assert ck.groups.reused[0].to_runs() == [[6, 5]]  # the judge keeps what lies above what it judged (to 6)
     assert [v for v in read_again(ck) if v.invariant.value == "group_skip"] == []
 
 
