@@ -71,6 +71,9 @@ class Background:
         groups = {bg.proc.pid: bg for bg in cls.started}
         cls.started.clear()
         leftover = [" ".join(bg.proc.args[3:-2]) for bg in groups.values() if bg.proc.poll() is None]
+        # a group whose first process ended: its pid stays taken while any process of the group is
+        # left, so a process with that pid now is another one, leading a group of its own
+        groups = {pgid: bg for pgid, bg in groups.items() if bg.proc.poll() is None or not os.path.exists(f"/proc/{pgid}")}
         alive = [pgid for pgid in groups if _signal_group(pgid, signal.SIGTERM)]
         deadline = time.monotonic() + grace_s
         while alive and time.monotonic() < deadline:
