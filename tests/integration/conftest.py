@@ -46,6 +46,7 @@ def healthy(cluster: LocalCluster) -> None:
 def cluster_ready(cluster_env):
     healthy(cluster_env["cluster"])
     yield cluster_env
+    stop_leftover_background()  # before the cluster is healed: a leftover run must not act on it meanwhile
     healthy(cluster_env["cluster"])
 
 
@@ -53,8 +54,12 @@ def cluster_ready(cluster_env):
 def no_leftover_background():
     """A background `vigil` a test left running (it failed before stopping it, or killed only
     its first process) is ended with everything it started: it would take the CPU of the tests
-    after it, and outlive the session's cluster."""
+    after it, and outlive the session's cluster (``cluster_ready`` does it first, before healing)."""
     yield
+    stop_leftover_background()
+
+
+def stop_leftover_background() -> None:
     left = Background.stop_leftovers()
     if left:
         print(f"stopped background commands the test left running: {left}")

@@ -3,6 +3,7 @@ processes, scraping /metrics."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -66,23 +67,31 @@ class Background:
 
     @classmethod
     def stop_leftovers(cls, grace_s: float = 60) -> list[str]:
-        """SIGTERM to the process group of every background command started since the last call,
-        SIGKILL to what is left of it after ``grace_s``; the commands that were still running."""
-        groups = {bg.proc.pid: bg for bg in cls.started}
-        cls.started.clear()
-        leftover = [" ".join(bg.proc.args[3:-2]) for bg in groups.values() if bg.proc.poll() is None]
-        # a group whose first process ended: its pid stays taken while any process of the group is
-        # left, so a process with that pid now is another one, leading a group of its own
-        groups = {pgid: bg for pgid, bg in groups.items() if bg.proc.poll() is None or not os.path.exists(f"/proc/{pgid}")}
-        alive = [pgid for pgid in groups if _signal_group(pgid, signal.SIGTERM)]
-        deadline = time.monotonic() + grace_s
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.5)
-            for bg in groups.values():
-                bg.proc.poll()  # reap the leader, or the group stays non-empty
-            alive = [pgid for pgid in alive if _signal_group(pgid, 0)]
-        for pgid in alive:
-            _signal_group(pgid, signal.SIGKILL)
+        """End every background command started since the last call, and all it started: SIGTERM
+        to a command still running (its own orderly stop, as :meth:`stop`), then to its whole
+        process group, SIGKILL to what is left after ``grace_s``. The commands that were running."""
+        mine = list(cls.started)
+        leftover = [" ".join(bg.proc.args[3:-2]) for bg in mine if bg.proc.poll() is None]
+        try:
+            deadline = time.monotonic() + grace_s
+            for bg in mine:
+                if bg.proc.poll() is None:
+                    bg.proc.send_signal(signal.SIGTERM)
+            for bg in mine:
+                try:
+                    bg.proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            alive = [bg for bg in mine if _signal_group(bg, signal.SIGTERM)]
+            while alive and time.monotonic() < deadline:
+                time.sleep(0.5)
+                alive = [bg for bg in alive if _signal_group(bg, 0)]
+        finally:  # also when interrupted: nothing of it may outlive the tests
+            for bg in mine:
+                _signal_group(bg, signal.SIGKILL)
+                if bg.proc.poll() is None:
+                    bg.proc.wait(30)
+            cls.started = [bg for bg in cls.started if bg not in mine]
         return leftover
 
     def stop(self, timeout: float = 180) -> int:
@@ -123,12 +132,23 @@ class Background:
         return json.loads(self.out.read_text().strip().splitlines()[-1])
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Send ``sig`` to a process group; whether any process of it was there."""
+# a session interrupted before its teardown (a second Ctrl-C): the background commands are not in
+# the terminal's process group, so nothing else would end them
+atexit.register(lambda: Background.stop_leftovers(grace_s=5))
+
+
+def _signal_group(bg: Background, sig: int) -> bool:
+    """Send ``sig`` to a background command's process group; whether any process of it was there.
+    Once its first process ended (and was reaped), its pid stays taken while any process of the
+    group is left, so a process with that pid now is another one (pid_max is 32768 here: a suite
+    wraps around), leading a group of its own: not signalled."""
+    pgid = bg.proc.pid
+    if bg.proc.poll() is not None and os.path.exists(f"/proc/{pgid}"):
+        return False
     try:
         os.killpg(pgid, sig)
         return True
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return False
 
 
