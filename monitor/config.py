@@ -314,6 +314,11 @@ class WatchConfig(_Model):
         "", description="more JVM options of Spark's driver (spark.driver.extraJavaOptions, after Vigil's log "
         "configuration; in local mode the executors run in that JVM too), e.g. -XX:TieredStopAtLevel=1 for "
         "short runs on few cores: the JIT's optimising compiler then costs more CPU than it gives back")
+    class_data_sharing: bool = Field(
+        True, description="start Spark's driver JVM with the class-data archive `scripts/bootstrap.sh` makes once "
+        "per virtualenv, Java and Spark (monitor/watch/cds.py: classes mapped, not parsed again; a watch started "
+        "in about 40 % less time); without one it starts as before. Not with an empty spark_master (spark-submit "
+        "starts the driver)")
     decode_on: Literal["auto", "driver", "executors"] = Field(
         "auto", description="where the canary records' headers are decoded and cut into runs: on the executors "
         "(a row per run reaches the driver; Vigil's code is shipped to them) or in the driver (each record's "

@@ -26,7 +26,7 @@ from monitor.cluster import jars
 from monitor.cluster.java import find_java
 from monitor.config import Config
 from monitor.record_format import HEADER_SIZE
-from monitor.watch import ship
+from monitor.watch import cds, ship
 
 SPARK_JAVA_MAX = 21
 # Spark's JVM logs to stderr only (stdout carries `--json` output), warnings and up.
@@ -68,7 +68,7 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", driver_java_options(cfg, log_config))
+        .config("spark.driver.extraJavaOptions", driver_java_options(cfg, log_config, java.executable))
         .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
         .getOrCreate()
     )
@@ -76,9 +76,13 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     return spark
 
 
-def driver_java_options(cfg: Config, log_config: Path) -> str:
-    """spark.driver.extraJavaOptions: the log configuration, then ``watch.driver_java_options``."""
-    return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}",
+def driver_java_options(cfg: Config, log_config: Path, java_executable: str = "") -> str:
+    """spark.driver.extraJavaOptions: the log configuration, the class-data archive when
+    ``watch.class_data_sharing`` (and this process starts the driver), then ``watch.driver_java_options``."""
+    archive = ""
+    if cfg.watch.class_data_sharing and cfg.watch.spark_master and java_executable:
+        archive = cds.java_option(java_executable)
+    return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}", archive,
                                   cfg.watch.driver_java_options.strip()]))
 
 

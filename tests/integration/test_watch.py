@@ -13,7 +13,8 @@ from monitor.drill_table import DRILL_KINDS
 from tests.drill_rows import drill_row
 from tests.integration.helpers import read_all, vigil, vigil_json
 from tests.integration.watch_helpers import (
-    DASHBOARD, G0, RULES, Background, Prometheus, audit_counts, expected_checked, live_history, metrics_up, nonzero,
+    DASHBOARD, G0, RULES, Background, Prometheus, audit_counts, expected_checked, live_history, mapped_class_archives,
+    metrics_up, nonzero,
     own_cycles, safety, sample, violations, wait_for, watch_config,
 )
 
@@ -39,6 +40,8 @@ def test_clean_two_minute_run_has_no_violations_and_checks_every_acked_record_th
     run = Background(path, "run", "--duration", "120", "--json", name="run")
     port = cfg.metrics.port
     wait_for(lambda: metrics_up(port), 90, "the first batch")
+    # Spark's driver JVM started from the class-data archive the test command's bootstrap made
+    assert any("/spark-cds/" in a for a in mapped_class_archives(run.proc.pid)), mapped_class_archives(run.proc.pid)
     wait_for(lambda: (sample(port, "vigil_aborted_records_read_total", isolation="read_uncommitted") or 0) > 0,
              90, "aborted records seen by read_uncommitted")
     assert safety(violations(port)) == {}

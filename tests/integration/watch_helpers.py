@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
 import yaml
 
 from invariants.catalog import Invariant, Isolation
@@ -150,6 +151,18 @@ def _signal_group(bg: Background, sig: int) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def mapped_class_archives(pid: int) -> set[str]:
+    """The class-data archives (monitor/watch/cds.py) the JVMs below process ``pid`` have mapped."""
+    found: set[str] = set()
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if child.name() == "java":
+                found |= {m.path for m in child.memory_maps() if m.path.endswith(".jsa")}
+        except psutil.Error:
+            continue
+    return found
 
 
 def violations(port: int) -> dict[tuple[str, str], int]:

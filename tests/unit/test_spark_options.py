@@ -28,3 +28,44 @@ def test_the_drivers_java_options_follow_the_log_configuration(tmp_path):
     assert driver_java_options(parse({}), log) == f"-Dlog4j2.configurationFile={log.resolve()}"
     cfg = parse({"watch": {"driver_java_options": " -XX:TieredStopAtLevel=1 -Dx=y "}})
     assert driver_java_options(cfg, log) == f"-Dlog4j2.configurationFile={log.resolve()} -XX:TieredStopAtLevel=1 -Dx=y"
+
+
+def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monkeypatch):
+    import sys
+
+    from monitor.watch import cds
+    from monitor.watch.spark import driver_java_options
+
+    monkeypatch.setattr(cds, "CDS_DIR", tmp_path / "cds")
+    java = sys.executable  # (any executable: the key is its path and what `-version` prints)
+    monkeypatch.setattr(cds.subprocess, "run", lambda *a, **k: type("R", (), {"stderr": 'version "17.0.15"'})())
+    log = tmp_path / "log4j2.properties"
+    cfg = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1"}})
+    plain = f"-Dlog4j2.configurationFile={log.resolve()} -XX:TieredStopAtLevel=1"
+    assert driver_java_options(cfg, log, java) == plain  # no archive yet: started as before
+    archive = cds.archive_path(java)
+    assert archive.parent == tmp_path / "cds" and archive.suffix == ".jsa"
+    archive.parent.mkdir()
+    archive.write_bytes(b"x")
+    assert driver_java_options(cfg, log, java) == (
+        f"-Dlog4j2.configurationFile={log.resolve()} -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1")
+    off = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "class_data_sharing": False}})
+    assert driver_java_options(off, log, java) == plain
+    submitted = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "spark_master": ""}})
+    assert driver_java_options(submitted, log, java) == plain  # spark-submit started the driver
+    from monitor.cluster import java as java_mod
+
+    monkeypatch.setattr(java_mod, "find_java", lambda *_a, **_k: java_mod.Java(java, 17))
+    assert cds.build() == archive  # there already: not made again (no Spark started)
+
+
+def test_the_archive_is_named_by_the_java_build_and_the_spark_installation(monkeypatch):
+    from monitor.watch import cds
+
+    printed = {"v": 'version "17.0.15"'}
+    monkeypatch.setattr(cds.subprocess, "run", lambda *a, **k: type("R", (), {"stderr": printed["v"]})())
+    first = cds.archive_path("/usr/bin/env")
+    assert cds.archive_path("/usr/bin/env") == first
+    printed["v"] = 'version "17.0.16"'  # another build of the same Java: its JVM would refuse the archive
+    assert cds.archive_path("/usr/bin/env") != first
+    assert cds.archive_path("/bin/sh") != cds.archive_path("/usr/bin/env")
