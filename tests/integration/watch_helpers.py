@@ -4,6 +4,7 @@ processes, scraping /metrics."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -53,9 +54,10 @@ def watch_config(cluster_env: dict, tmp: Path, name: str, port: int, **extra: An
 
 
 class Background:
-    """A `vigil` command running in the background, its output in files. It runs in a process
-    group of its own, so that :meth:`stop_leftovers` (after every integration test) ends it and
-    whatever it started, also when the test failed before stopping it or killed it with -9."""
+    """A `vigil` command running in the background, its output in files; :meth:`stop_leftovers`
+    (after every integration test) ends it and whatever it started when the test did not.
+    (Not in a session of its own: a `vigil run` started that way missed the paused-leader test's
+    stalled_poll twice in two runs, and caught it in three without; why is not known.)"""
 
     started: list["Background"] = []
 
@@ -63,37 +65,47 @@ class Background:
         self.out = config_path.parent / f"{name}.out"
         self.err = config_path.parent / f"{name}.err"
         self.proc = subprocess.Popen(VIGIL + list(args) + ["--config", str(config_path)],
-                                     stdout=self.out.open("w"), stderr=self.err.open("w"), start_new_session=True)
+                                     stdout=self.out.open("w"), stderr=self.err.open("w"))
         Background.started.append(self)
 
     @classmethod
     def stop_leftovers(cls, grace_s: float = 60) -> list[str]:
-        """End every background command started since the last call, and all it started: SIGTERM
-        to a command still running (its own orderly stop, as :meth:`stop`), then to its whole
-        process group, SIGKILL to what is left after ``grace_s``. The commands that were running."""
+        """End every background command started since the last call that is still running, and
+        all it started: SIGTERM to it (its own orderly stop, as :meth:`stop`), then to what is
+        left below it, SIGKILL after ``grace_s``. The commands that were running."""
         mine = list(cls.started)
-        leftover = [" ".join(bg.proc.args[3:-2]) for bg in mine if bg.proc.poll() is None]
+        running = [bg for bg in mine if bg.proc.poll() is None]
+        trees: list[psutil.Process] = []
         try:
+            for bg in running:
+                try:
+                    root = psutil.Process(bg.proc.pid)
+                    trees += [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    continue
             deadline = time.monotonic() + grace_s
-            for bg in mine:
+            for bg in running:
                 if bg.proc.poll() is None:
                     bg.proc.send_signal(signal.SIGTERM)
-            for bg in mine:
+            for bg in running:
                 try:
                     bg.proc.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
-            alive = [bg for bg in mine if _signal_group(bg, signal.SIGTERM)]
-            while alive and time.monotonic() < deadline:
-                time.sleep(0.5)
-                alive = [bg for bg in alive if _signal_group(bg, 0)]
+            left = [p for p in trees if p.is_running()]  # (psutil: the same process, not a reused pid)
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.terminate()
+            psutil.wait_procs(left, timeout=max(0.0, deadline - time.monotonic()))
         finally:  # also when interrupted: nothing of it may outlive the tests
-            for bg in mine:
-                _signal_group(bg, signal.SIGKILL)
+            for p in trees:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            for bg in running:
                 if bg.proc.poll() is None:
                     bg.proc.wait(30)
             cls.started = [bg for bg in cls.started if bg not in mine]
-        return leftover
+        return [" ".join(bg.proc.args[3:-2]) for bg in running]
 
     def stop(self, timeout: float = 180) -> int:
         if self.proc.poll() is None:
@@ -133,24 +145,8 @@ class Background:
         return json.loads(self.out.read_text().strip().splitlines()[-1])
 
 
-# a session interrupted before its teardown (a second Ctrl-C): the background commands are not in
-# the terminal's process group, so nothing else would end them
+# a session interrupted before its teardown (a second Ctrl-C): what is still running is ended
 atexit.register(lambda: Background.stop_leftovers(grace_s=5))
-
-
-def _signal_group(bg: Background, sig: int) -> bool:
-    """Send ``sig`` to a background command's process group; whether any process of it was there.
-    Once its first process ended (and was reaped), its pid stays taken while any process of the
-    group is left, so a process with that pid now is another one (pid_max is 32768 here: a suite
-    wraps around), leading a group of its own: not signalled."""
-    pgid = bg.proc.pid
-    if bg.proc.poll() is not None and os.path.exists(f"/proc/{pgid}"):
-        return False
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def mapped_class_archives(pid: int) -> set[str]:
