@@ -68,9 +68,6 @@ PY
 
 # Spark's driver JVM starts in about 40 % less time with its classes in a class-data archive
 # (watch.class_data_sharing, monitor/watch/cds.py), made here once per .venv, Java and Spark.
-if [ -z "$(ls .venv/share/vigil/spark-cds/*.jsa 2>/dev/null)" ]; then
-  say "making a class-data archive of Spark's driver JVM (once, 1-2 minutes: each watch then starts faster)"
-fi
 .venv/bin/python -c 'from monitor.watch import cds; cds.build(lambda m: print("  " + m))' || say "no class-data archive (the watch starts without one)"
 
 # The deploy tests render the kustomize overlays: with `kubectl kustomize` when kubectl has a

@@ -23,14 +23,19 @@ class JavaError(VigilError):
 class Java:
     executable: str
     major: int
+    version: str = ""  # what `java -version` printed (it names the build)
 
 
-def _major(java: str) -> int | None:
+def _version(java: str) -> str | None:
+    """What ``java -version`` prints, or None when it does not run."""
     try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+        return subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+
+
+def _major(version: str) -> int | None:
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', version)
     if not m:
         return None
     major = int(m.group(1))
@@ -59,11 +64,12 @@ def find_java(configured: str = "", max_major: int | None = None) -> Java:
     """
     best: Java | None = None
     for exe in candidates(configured):
-        major = _major(exe)
+        version = _version(exe)
+        major = _major(version) if version is not None else None
         if major is None or major < MIN_VERSION or (max_major is not None and major > max_major):
             continue
         if best is None or major > best.major:
-            best = Java(exe, major)
+            best = Java(exe, major, version or "")
     if best is None:
         where = f"cluster.java_home={configured!r}" if configured else "JAVA_HOME, /usr/lib/jvm and PATH"
         raise JavaError(

@@ -8,7 +8,8 @@ build and Spark installation (:func:`archive_path` names all three: the JVM refu
 whose class path or build differ) by a short local Spark job in a process of its own
 (:func:`build`, run by ``scripts/bootstrap.sh``), written under a temporary name and renamed
 when its JVM has exited, so a watch never maps a half-written file. Without an archive a watch
-starts as before; a JVM that cannot use one says so on stderr and starts as before too.
+starts as before, and so does a JVM that cannot use it (seen with ``-Xmx40g``: other object
+pointers than the archive's; it said nothing).
 """
 
 from __future__ import annotations
@@ -22,37 +23,37 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from monitor.cluster.java import Java, find_java
+
 CDS_DIR = Path(sys.prefix) / "share" / "vigil" / "spark-cds"  # with the virtualenv (its paths are in the archive)
 
 
-def archive_path(java_executable: str) -> Path:
+def archive_path(java: Java) -> Path:
     """Where the archive for this Java build and Spark installation lives (it may not exist)."""
     import pyspark
 
-    java = os.path.realpath(java_executable)
-    version = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
-    key = "\n".join([java, version, os.path.realpath(pyspark.__file__), pyspark.__version__])
+    key = "\n".join([os.path.realpath(java.executable), java.version, os.path.realpath(pyspark.__file__),
+                     pyspark.__version__])
     return CDS_DIR / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
-def java_option(java_executable: str) -> str:
+def java_option(java: Java) -> str:
     """The driver's JVM option that maps the archive, or "" when there is none yet."""
-    path = archive_path(java_executable)
+    path = archive_path(java)
     return f"-XX:SharedArchiveFile={path}" if path.is_file() else ""
 
 
 def build(progress: Callable[[str], None] = lambda _m: None, timeout_s: float = 600) -> Path | None:
     """Make the archive unless it exists (a short local Spark job in a child process); the path,
     or None when it could not be made (said through ``progress``: the watch runs without it)."""
-    from monitor.cluster.java import find_java
-    from monitor.watch.spark import SPARK_JAVA_MAX
+    from monitor.watch.spark import SPARK_JAVA_MAX  # (here: monitor.watch.spark imports this module)
 
-    java = find_java("", max_major=SPARK_JAVA_MAX)
-    path = archive_path(java.executable)
+    path = archive_path(find_java("", max_major=SPARK_JAVA_MAX))
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
+    progress("making a class-data archive of Spark's driver JVM (once, 1-2 minutes: each watch then starts faster)")
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, "-m", "monitor.watch.cds", str(tmp)], capture_output=True, text=True,

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from monitor import client_config
 from monitor.cluster import jars
-from monitor.cluster.java import find_java
+from monitor.cluster.java import Java, find_java
 from monitor.config import Config
 from monitor.record_format import HEADER_SIZE
 from monitor.watch import cds, ship
@@ -68,7 +68,7 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", driver_java_options(cfg, log_config, java.executable))
+        .config("spark.driver.extraJavaOptions", driver_java_options(cfg, log_config, java))
         .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config.resolve()}")
         .getOrCreate()
     )
@@ -76,12 +76,12 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     return spark
 
 
-def driver_java_options(cfg: Config, log_config: Path, java_executable: str = "") -> str:
+def driver_java_options(cfg: Config, log_config: Path, java: Java | None = None) -> str:
     """spark.driver.extraJavaOptions: the log configuration, the class-data archive when
     ``watch.class_data_sharing`` (and this process starts the driver), then ``watch.driver_java_options``."""
     archive = ""
-    if cfg.watch.class_data_sharing and cfg.watch.spark_master and java_executable:
-        archive = cds.java_option(java_executable)
+    if cfg.watch.class_data_sharing and cfg.watch.spark_master and java is not None:
+        archive = cds.java_option(java)
     return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}", archive,
                                   cfg.watch.driver_java_options.strip()]))
 

@@ -1,3 +1,5 @@
+import pytest
+
 from monitor.client_config import spark_source
 from monitor.config import parse
 
@@ -31,14 +33,12 @@ def test_the_drivers_java_options_follow_the_log_configuration(tmp_path):
 
 
 def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monkeypatch):
-    import sys
-
+    from monitor.cluster.java import Java
     from monitor.watch import cds
     from monitor.watch.spark import driver_java_options
 
     monkeypatch.setattr(cds, "CDS_DIR", tmp_path / "cds")
-    java = sys.executable  # (any executable: the key is its path and what `-version` prints)
-    monkeypatch.setattr(cds.subprocess, "run", lambda *a, **k: type("R", (), {"stderr": 'version "17.0.15"'})())
+    java = Java("/usr/lib/jvm/java-17/bin/java", 17, 'openjdk version "17.0.15"')
     log = tmp_path / "log4j2.properties"
     cfg = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1"}})
     plain = f"-Dlog4j2.configurationFile={log.resolve()} -XX:TieredStopAtLevel=1"
@@ -53,19 +53,24 @@ def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monk
     assert driver_java_options(off, log, java) == plain
     submitted = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "spark_master": ""}})
     assert driver_java_options(submitted, log, java) == plain  # spark-submit started the driver
-    from monitor.cluster import java as java_mod
-
-    monkeypatch.setattr(java_mod, "find_java", lambda *_a, **_k: java_mod.Java(java, 17))
+    monkeypatch.setattr(cds, "find_java", lambda *_a, **_k: java)
+    monkeypatch.setattr(cds.subprocess, "run", lambda *a, **k: pytest.fail("made again"))
     assert cds.build() == archive  # there already: not made again (no Spark started)
 
 
-def test_the_archive_is_named_by_the_java_build_and_the_spark_installation(monkeypatch):
+def test_the_archive_is_named_by_the_java_build_and_the_spark_installation():
+    from monitor.cluster.java import Java
     from monitor.watch import cds
 
-    printed = {"v": 'version "17.0.15"'}
-    monkeypatch.setattr(cds.subprocess, "run", lambda *a, **k: type("R", (), {"stderr": printed["v"]})())
-    first = cds.archive_path("/usr/bin/env")
-    assert cds.archive_path("/usr/bin/env") == first
-    printed["v"] = 'version "17.0.16"'  # another build of the same Java: its JVM would refuse the archive
-    assert cds.archive_path("/usr/bin/env") != first
-    assert cds.archive_path("/bin/sh") != cds.archive_path("/usr/bin/env")
+    first = cds.archive_path(Java("/usr/bin/env", 17, 'version "17.0.15"'))
+    assert cds.archive_path(Java("/usr/bin/env", 17, 'version "17.0.15"')) == first
+    # another build of the same Java: its JVM would refuse the archive
+    assert cds.archive_path(Java("/usr/bin/env", 17, 'version "17.0.16"')) != first
+    assert cds.archive_path(Java("/bin/sh", 17, 'version "17.0.15"')) != first
+
+
+def test_find_java_keeps_what_the_jvm_said_of_its_build():
+    from monitor.cluster.java import find_java
+
+    java = find_java("", max_major=21)
+    assert str(java.major) in java.version and "version" in java.version
