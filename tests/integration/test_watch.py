@@ -113,16 +113,21 @@ def test_every_drill_moves_exactly_its_row_alerts_fire_and_audit_agrees(cluster_
     try:
         wait_for(lambda: metrics_up(port), 90, "the first batch")
         wait_for(lambda: prom.query("vigil_up == 1")["data"]["result"], 60, "Prometheus scraping vigil_up")
-        time.sleep(20)  # a few scrapes for the rate() windows
         dash = json.loads(DASHBOARD.read_text())
-        empty = []
-        for panel in dash["panels"]:
-            for target in panel["targets"]:
-                answer = prom.query(target["expr"])
-                assert answer["status"] == "success", (panel["title"], answer)
-                if not answer["data"]["result"]:
-                    empty.append((panel["title"], target["expr"]))
-        assert not empty, f"panels without data: {empty}"
+
+        def panels_without_data() -> list[tuple[str, str]]:
+            empty = []
+            for panel in dash["panels"]:
+                for target in panel["targets"]:
+                    answer = prom.query(target["expr"])
+                    assert answer["status"] == "success", (panel["title"], answer)
+                    if not answer["data"]["result"]:
+                        empty.append((panel["title"], target["expr"]))
+            return empty
+
+        # (a rate() needs two scrapes in its window: asked until every panel has data, at most 60 s)
+        wait_for(lambda: not panels_without_data(), 60, "data in every dashboard panel", interval=2,
+                 show=panels_without_data)
         for annotation in dash["annotations"]["list"]:
             assert prom.query(annotation["expr"])["status"] == "success"
         assert not {a for a, state in prom.alerts().items() if state == "firing"}, prom.alerts()

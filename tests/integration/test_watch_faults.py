@@ -57,7 +57,9 @@ def test_paused_leader_stalls_only_its_partitions_and_the_monitor_recovers(clust
         assert affected != set(info.leaders)  # some partitions stay healthy
         cluster.pause(node)
         try:
-            wait_for(lambda: violations(port)[("stalled_poll", "read_uncommitted")] >= 1, 60, "stalled_poll")
+            # (on a timeout: every count and the run's last lines, for a stall that was missed)
+            wait_for(lambda: violations(port)[("stalled_poll", "read_uncommitted")] >= 1, 60, "stalled_poll",
+                     show=lambda: (nonzero(violations(port)), node, affected, run.tail()))
             assert sample(port, "vigil_up") is not None  # /metrics answers throughout
         finally:
             cluster.resume(node)
