@@ -388,3 +388,69 @@ def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_writte
     assert all(abs(ms / 1000 - (time.time() - LEDGER_LOOKBACK_S)) < 5 for _p, ms in prober.ledger.asked)
     prober.ledger = Ledger(fail=True)
     assert [tp.offset for tp in prober._ledger_start([0])] == [OFFSET_END]
+
+
+class FetchingConsumer:
+    """A probe reader on one partition: a fetch returns everything the leader holds (``log_end``)
+    unless the leader stopped answering; after a seek it has no position until it consumes again."""
+
+    def __init__(self, at: int, log_end: int) -> None:
+        self.at, self.fetch_from, self.log_end, self.answering, self.seeks = at, at, log_end, True, []
+
+    def resume(self, _tps) -> None:
+        pass
+
+    def pause(self, _tps) -> None:
+        pass
+
+    def consume(self, _n: int, _timeout: float) -> list:
+        if not self.answering or self.fetch_from >= self.log_end:
+            return []
+        got = [Msg(b"x") for _ in range(self.log_end - self.fetch_from)]
+        self.at = self.fetch_from = self.log_end
+        return got
+
+    def position(self, tps):
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(tp.topic, tp.partition, self.at) for tp in tps]
+
+    def seek(self, tp) -> None:
+        self.seeks.append(tp.offset)
+        self.at, self.fetch_from = -1001, tp.offset
+
+
+def test_a_reader_polling_when_its_leader_stops_answering_is_held_at_the_end_its_round_knew():
+    """The round began knowing the end at 100; the fetch returned up to 130, all of it acknowledged
+    (acks=all) by then. The leader then stops answering: held at 100, the reader has the 30
+    acknowledged records waiting unread and is stalled; without being held it would stand at the
+    very end, with nothing beyond it, and no stall would ever show."""
+    prober = Prober(parse({"watch": {"stall_threshold_s": 5, "probe_interval_s": 0.3}}), lambda _v: None,
+                    threading.Event())
+    prober.view.topic_id, prober.view.partitions = "T", 1
+    prober.view.ends[0] = PartitionEnds(high_watermark=100, lso=100, fresh=True)
+    reader = FetchingConsumer(at=90, log_end=130)
+    prober.readers = {RU: reader}
+    prober._poll_readers()
+    assert reader.seeks == [100] and prober._position(RU, 0, reader) == 100
+    prober.view.ends[0].acked_end = 130  # the ledger: acknowledged up to 130 before the leader froze
+    reader.answering = False
+    found = []
+    for now in (0, 3, 6, 9):
+        prober._poll_readers()
+        found += prober._judge_partitions(now)
+    assert [(v.invariant, v.isolation, v.offsets) for v in found] == [(Invariant.STALLED_POLL, RU, (100, 130))]
+    # the leader back: the reader fetches from where it was held and its position is its own again
+    reader.answering = True
+    prober._poll_readers()
+    assert prober._position(RU, 0, reader) == 130 and prober.held == {}
+
+
+def test_a_reader_that_reached_the_end_its_round_knew_and_no_further_is_left_where_it_is():
+    prober = Prober(parse({"watch": {"probe_interval_s": 0.3}}), lambda _v: None, threading.Event())
+    prober.view.topic_id, prober.view.partitions = "T", 1
+    prober.view.ends[0] = PartitionEnds(high_watermark=130, lso=130, fresh=True)
+    reader = FetchingConsumer(at=90, log_end=130)
+    prober.readers = {RU: reader}
+    prober._poll_readers()
+    assert reader.seeks == [] and prober._position(RU, 0, reader) == 130
