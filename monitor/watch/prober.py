@@ -276,8 +276,8 @@ class Prober(threading.Thread):
         """A reader that got past the end known when its round began goes back to it. A fetch
         returns whatever the leader holds, so a reader polling when its leader stops answering
         could otherwise be at the very end, with nothing acknowledged beyond it and nothing
-        acknowledged any more: no stall, though the partition cannot be read (the paused-leader
-        test missed it so, in two of eight runs). Held at the end it knew, the records
+        acknowledged any more: no stall, though the partition cannot be read (which fits the
+        paused-leader test's misses in two of eight runs). Held at the end it knew, the records
         acknowledged since wait unread, and the next round must fetch them."""
         for p, end in ends.items():
             if end >= 0 and self._position(iso, p, consumer) > end:
