@@ -109,7 +109,6 @@ class Prober(threading.Thread):
         self.ledger_at_end: dict[int, bool] = {}  # ledger partition -> read to its end
         self.rewinds: list[tuple[str, int, int, int]] = []  # (topic id, partition, new high watermark, old)
         self.eof: dict[tuple, int] = {}
-        self.held: dict[tuple, int] = {}  # (isolation, partition) -> where _hold_at put that reader back
         # the last listing was told the topic does not exist, or saw a log end go backwards: the
         # topic may be gone or recreated under its name (a new ID), so look it up at once
         self.recheck_topic = False
@@ -154,7 +153,6 @@ class Prober(threading.Thread):
                     self.view.ends = {}
                 self.judge.forget_positions()
                 self.eof.clear()
-                self.held.clear()
             self.assigned_topic_id = info.topic_id
 
     def _ledger_start(self, partitions: list[int]) -> list[TopicPartition]:
@@ -282,21 +280,15 @@ class Prober(threading.Thread):
         for p, end in ends.items():
             if end >= 0 and self._position(iso, p, consumer) > end:
                 consumer.seek(TopicPartition(self.cfg.canary.name, p, end))
-                self.held[(iso, p)] = end
-                self.eof.pop((iso, p), None)  # (an end reached beyond it)
+                # where it stands now: a client has no position after a seek until it consumes again
+                self.eof[(iso, p)] = end
 
     def _position(self, iso: Any, p: int, consumer: Any) -> int:
         """How far this reader got: the consumed position, or the end it reached (read_committed
         skips control and aborted records, which only the end-of-partition event accounts for),
-        or where :meth:`_hold_at` put it (a client has no position after a seek until it
-        consumes again)."""
+        or where :meth:`_hold_at` put it back."""
         (tp,) = consumer.position([TopicPartition(self.cfg.canary.name, p)])
-        at = tp.offset
-        if at < 0:
-            at = self.held.get((iso, p), at)
-        else:
-            self.held.pop((iso, p), None)
-        return max(at, self.eof.get((iso, p), -1))
+        return max(tp.offset, self.eof.get((iso, p), -1))
 
     def _list_ends(self) -> None:
         tps = {TopicPartition(self.cfg.canary.name, p): OffsetSpec.latest() for p in range(self.view.partitions)}

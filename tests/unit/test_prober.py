@@ -443,7 +443,7 @@ def test_a_reader_polling_when_its_leader_stops_answering_is_held_at_the_end_its
     # the leader back: the reader fetches from where it was held and its position is its own again
     reader.answering = True
     prober._poll_readers()
-    assert prober._position(RU, 0, reader) == 130 and prober.held == {}
+    assert prober._position(RU, 0, reader) == 130 and reader.seeks == [100]  # (not put back again)
 
 
 def test_a_reader_that_reached_the_end_its_round_knew_and_no_further_is_left_where_it_is():
