@@ -18,6 +18,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from monitor.audit.book import LedgerBook
+from monitor.audit.reader import CONSUME_WAIT_S
 from monitor.clients import watermarks
 from monitor.config import Config, parse
 
@@ -98,7 +99,7 @@ def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 60.0) 
         while len(done) < len(parts):
             if time.monotonic() > deadline:
                 raise AssertionError(f"reading {topic} ({isolation}) did not reach the end: {done} of {parts}")
-            for msg in consumer.consume(1000, 0.1):  # (a batch consume short of 1000 waits all of it)
+            for msg in consumer.consume(1000, CONSUME_WAIT_S):
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         if consumer.position([TopicPartition(topic, msg.partition())])[0].offset >= ends[msg.partition()]:
