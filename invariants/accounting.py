@@ -320,14 +320,15 @@ class LedgerFold:
                     if acked:
                         events.append(AckedRun(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
                                                run.first_offset + piece.first - first, ts_us, piece.cls,
-                                               run.log_start_after))
+                                               run.log_start_after, run.done_ts_us))
                     elif run.outcome is WriteOutcome.UNCONFIRMED:
                         events.append(UnconfirmedRun(tid, p, w.writer_id, w.inc, piece.first,
                                                      piece.end - piece.first))
                     continue
                 if acked:
                     events.append(TxnWritesAcked(tid, p, w.writer_id, w.inc, piece.first, piece.end - piece.first,
-                                                 run.first_offset + piece.first - first, piece.txn, ts_us, piece.cls))
+                                                 run.first_offset + piece.first - first, piece.txn, ts_us, piece.cls,
+                                                 run.done_ts_us))
                     continue
                 events.extend(TxnWriteDecided(WriteKey(tid, p, w.writer_id, w.inc, s), piece.txn, piece.cls)
                               for s in range(piece.first, piece.end))

@@ -63,7 +63,7 @@ from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
 from invariants.reference_confirm import FindingsToConfirm
-from invariants.groups import GroupFinding, GroupJudge, acks_in_order, reused_by_rewrite
+from invariants.groups import GroupFinding, GroupJudge, acks_in_order, begins_rewrite, reused_by_rewrite
 from invariants.write_cycles import WriteCyclesFamily
 
 
@@ -111,6 +111,8 @@ class Checker(TopicLifecycle):
         # (topic ID, partition) -> offsets a rewrite reused, by in-order writers' acks (invariants.groups):
         # kept apart from the group judge, which takes them on when it takes on the topic ID
         self.rewrites: dict[tuple[str, int], OffsetSet] = {}
+        self.rewriting: set[tuple[int, int, str, int]] = set()  # keys whose last ack went backwards
+        self.rewrite_marks: dict[tuple[str, int], list[tuple[int, int]]] = {}  # (tid, p) -> [(ms, offset)] each began
         self._dirty: set[ViewKey] = set()
         self.topics = TopicAttribution()
         self.recorded_log_start: dict[tuple[str, int], int] = {}  # from the writers' checkpoints
@@ -323,6 +325,8 @@ class Checker(TopicLifecycle):
                 if tid == topic_id:
                     for first, count in reused.to_runs():
                         self.groups.rewritten(p, first, first + count)
+                    for since, lo in self.rewrite_marks.get((tid, p), []):
+                        self.groups.rewritten(p, lo, lo, since_ms=since)
         return self.groups
 
     def apply_group_observations(self, observations: Sequence[tuple[int, Mapping]],
@@ -343,6 +347,8 @@ class Checker(TopicLifecycle):
             return
         tid = self.group_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
+        for p, lo, hi in self.groups.take_exempted():  # a rewrite's offsets: no skip held there is one
+            self.group_skips.drop(tid, p, lo, hi)
         self._group_violations(tid, self.group_skips.confirmed(self._view_of))
         self._group_violations(tid, self.group_skips.hold(self.groups.judge(starts), tid, self._view_of))
 
@@ -523,17 +529,23 @@ class Checker(TopicLifecycle):
         self._dirty.add(key)
 
     def _acked_at(self, writer_id: int, inc: int, tid: str, p: int, first_offset: int, last_offset: int,
-                  cls: WriteClass) -> None:
+                  cls: WriteClass, ack_ts_us: int) -> None:
         """An acknowledgement that goes backwards for a writer and partition is evidence of a rewrite,
         at or below the new ack's offset (how far below, nobody can tell: :meth:`log_went_back`)."""
-        reused = reused_by_rewrite(self.max_acked, (writer_id, inc, tid, p), first_offset, last_offset)
+        key = (writer_id, inc, tid, p)
+        reused = reused_by_rewrite(self.max_acked, key, first_offset, last_offset)
+        begins = begins_rewrite(self.rewriting, key, reused)
         if reused is not None:
             self.log_went_back(tid, p, first_offset, reused[1])
             if acks_in_order(cls):  # no group_skip judged there (invariants.groups)
                 self.rewrites.setdefault((tid, p), OffsetSet()).add_range(*reused)
+                since = ack_ts_us // 1000 if begins and ack_ts_us > 0 else None
+                if since is not None:
+                    marks = self.rewrite_marks.setdefault((tid, p), [])
+                    marks.append((since, reused[0]))
+                    del marks[:-GroupJudge.MAX_MARKS]
                 if self.group_source and tid == self.group_topic_id:
-                    self.groups.rewritten(p, *reused)
-                    self.group_skips.drop(tid, p, *reused)
+                    self.groups.rewritten(p, *reused, since_ms=since)  # (skips held there: dropped when judged)
 
     def _ledger_event(self, ev: LedgerEvent) -> None:
         if isinstance(ev, AckedRun):
@@ -548,13 +560,14 @@ class Checker(TopicLifecycle):
                 ev = replace(ev, first_seq=ev.first_seq + bogus, count=ev.count - bogus,
                              first_offset=ev.first_offset + bogus)
             self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset,
-                           ev.first_offset + ev.count - 1, ev.cls)
+                           ev.first_offset + ev.count - 1, ev.cls, ev.ack_ts_us)
             for iso in (RU, RC):
                 self._expect(iso, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc,
                              ev.first_seq, ev.done_ts_us, ev.cls)
         elif isinstance(ev, TxnWritesAcked):  # (as each write acked one after another)
             last = ev.first_offset + ev.count - 1
-            self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset, last, ev.cls)
+            self._acked_at(ev.writer_id, ev.inc, ev.topic_id, ev.partition, ev.first_offset, last, ev.cls,
+                           ev.ack_ts_us)
             self._expect(RU, ev.topic_id, ev.partition, ev.first_offset, ev.count, ev.writer_id, ev.inc, ev.first_seq,
                          ev.done_ts_us, ev.cls)
             if self.txns.on_acked(ev):

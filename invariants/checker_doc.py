@@ -42,6 +42,8 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "suspects": [[key.to_doc(), ranges] for key, ranges in ck.suspects.items() if ranges],
         "max_acked": [[*k, off] for k, off in ck.max_acked.items()],
         "rewrites": [[tid, p, s.to_runs()] for (tid, p), s in ck.rewrites.items() if s],
+        "rewriting": [list(k) for k in sorted(ck.rewriting)],
+        "rewrite_marks": [[tid, p, [list(m) for m in marks]] for (tid, p), marks in ck.rewrite_marks.items() if marks],
         "writer_classes": [[wid, inc, t.ref(c)] for (wid, inc), c in ck.writer_classes.items()],
         "topic_settings": [[tid, s.replication_factor, s.min_insync_replicas, s.unclean_leader_election]
                            for tid, s in ck.topic_settings.items()],
@@ -85,6 +87,8 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
     ck.suspects = {ViewKey.from_doc(k): ranges for k, ranges in doc["suspects"]}
     ck.max_acked = {tuple(row[:4]): row[4] for row in doc["max_acked"]}
     ck.rewrites = {(tid, p): OffsetSet.from_runs(runs) for tid, p, runs in doc.get("rewrites", [])}  # (absent before)
+    ck.rewriting = {tuple(k) for k in doc.get("rewriting", [])}  # (absent before)
+    ck.rewrite_marks = {(tid, p): [(int(t), int(o)) for t, o in marks] for tid, p, marks in doc.get("rewrite_marks", [])}
     ck.writer_classes = {(wid, inc): t.get(i) for wid, inc, i in doc["writer_classes"]}
     ck.topic_settings = {tid: TopicSettings(rf, isr, unclean) for tid, rf, isr, unclean in doc["topic_settings"]}
     ck.writer_info = {row[0]: WriterSettings(*row) for row in doc["writer_info"]}

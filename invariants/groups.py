@@ -79,7 +79,11 @@ the member fetches on from there and the new records below it never reach the gr
 specifies. The writers' acknowledgements show the reused offsets (:func:`reused_by_rewrite`, from
 the ledger, the same for the audit and the checker): there no ``group_skip`` is judged at all
 (:meth:`GroupJudge.rewritten`; found in a targeted run of the wiped-partition test: 241 false
-``group_skip`` by the audit, 9 live, none of the members having reset).
+``group_skip`` by the audit, 9 live, none of the members having reset). The group may have
+committed past the old log's highest acknowledged write (past a final marker, writes never
+acknowledged); each in-order writer's first acknowledgement going backwards also says when the
+rewrite began (:func:`begins_rewrite`, by the writer's clock), and a commit acknowledged before that
+(by the member's) passed the old log only: no skip is judged below its value either.
 
 **``rebalance_stall``** (liveness). A partition with no owner alive on it for longer than
 ``stall_ms``: the gap, by the observations' timestamps, between two observations showing some
@@ -98,7 +102,7 @@ fetches from a follower in its rack (KIP-392); what it consumed is judged by the
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -171,8 +175,18 @@ class GroupJudge:
     resets: int = 0  # positions the members reported reset (out of range)
     recreations: int = 0  # the canary topic recreated under its name while judged (see recreated())
     reused: dict[int, OffsetSet] = field(default_factory=dict)  # p -> offsets a rewrite reused, above judged_to: no skip judged (see rewritten())
+    # p -> (the member's ms at its ack, value) of the last COMMIT_MEMORY_MS of acknowledged commits, and
+    # p -> (ms, offset) of each rewrite a writer saw begin: commits acknowledged before it passed the old
+    # log (see rewritten())
+    commit_times: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
+    rewrite_marks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    exempted: list[tuple[int, int, int]] = field(default_factory=list)  # (p, lo, hi) newly exempt, for take_exempted()
 
     MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
+    MAX_MARKS = 64  # rewrites remembered per partition (each writer's first backward acknowledgement)
+    # how long a commit's time is kept for a rewrite learnt after it (live, the ledger and the observation
+    # log are read side by side: what one is behind the other by)
+    COMMIT_MEMORY_MS = 30 * 60_000
 
     # -- the observation log ------------------------------------------------------------------
     def observe(self, at: int, obs: Mapping) -> None:
@@ -230,7 +244,7 @@ class GroupJudge:
             self.commits.append(commit)
             self.pending_ack[member] = commit
         elif kind == "ack":
-            self._ack(member, str(obs.get("r", "unknown")), at)
+            self._ack(member, str(obs.get("r", "unknown")), at, ts)
         elif kind == "progress":
             for p in obs.get("p", []):
                 if (member, int(p)) in self.spans:
@@ -275,7 +289,8 @@ class GroupJudge:
             span.stale, span.started, span.floor, span.no_floor, span.own_ack, span.last = True, True, None, True, -1, -1
             span.seeking = False
         for log in (self.commits, self.pending_ack, self.first_consumed, self.max_consumed, self.to_judge,
-                    self.judged_to, self.reference, self.read_to, self.reused):
+                    self.judged_to, self.reference, self.read_to, self.reused, self.commit_times, self.rewrite_marks,
+                    self.exempted):
             log.clear()
         self.blind = True
         self.recreations += 1
@@ -301,7 +316,7 @@ class GroupJudge:
         if ref:
             ref.discard_from(offset)
 
-    def rewritten(self, p: int, lo: int, hi: int) -> None:
+    def rewritten(self, p: int, lo: int, hi: int, since_ms: int | None = None) -> None:
         """Offsets ``[lo, hi)`` of p were reused by a rewrite: the old log reached ``hi`` (the
         writers' acknowledgements before theirs went backwards), the new one holds other records
         from ``lo`` on. No ``group_skip`` is judged there, by any commit and whenever this is
@@ -309,7 +324,33 @@ class GroupJudge:
         starts at a committed offset inside the new log (one without a leader epoch is not
         validated, KIP-320) never fetches the new records below it, as Kafka specifies; what was
         consumed there says nothing either (found on the local cluster: 241 false ``group_skip`` by
-        the audit, 9 live, at the old log's transaction markers, no member having reset)."""
+        the audit, 9 live, at the old log's transaction markers, no member having reset).
+
+        The old log may have reached past ``hi``: transaction markers, aborted records and writes
+        never acknowledged stand above the writers' highest acknowledgement, and the group commits
+        past them. ``since_ms`` (given with a writer's first acknowledgement that went backwards:
+        its time, by the writer's clock, after the new log began) marks the rewrite: a commit the
+        group acknowledged before it (by the member's clock at its ``ack``) passed the old log only,
+        so no skip is judged below its value either, from ``lo`` on — whether that commit is
+        observed before this is learnt or after (found on the local cluster: 140 false
+        ``group_skip`` by the audit, 9 live, commits past the old log's last acknowledged write
+        judged against the new log's records). It compares the writers' clock with the members'
+        (one host under ``vigil run``); a new log's commit acknowledged before the writer saw its
+        acknowledgement go back exempts what it passed too."""
+        if since_ms is not None:
+            marks = self.rewrite_marks.setdefault(p, [])
+            marks.append((since_ms, lo))
+            del marks[:-self.MAX_MARKS]
+            hi = max([hi] + [value for ts, value in self.commit_times.get(p, []) if ts < since_ms])
+        self._exempt(p, lo, hi)
+
+    def _exempt(self, p: int, lo: int, hi: int) -> None:
+        """No skip judged on p in ``[lo, hi)`` (:meth:`rewritten`)."""
+        if lo >= hi:
+            return
+        if self.exempted and self.exempted[-1][:2] == (p, lo):
+            hi = max(hi, self.exempted.pop()[2])  # (one rewrite, commit after commit: one range)
+        self.exempted.append((p, lo, hi))
         lo = max(lo, self.judged_to.get(p, 0))  # (below, nothing is judged any more: kept no longer)
         if lo >= hi:
             return
@@ -320,6 +361,12 @@ class GroupJudge:
         ref = self.reference.get(p)
         if ref:
             ref.discard_range(lo, hi)
+
+    def take_exempted(self) -> list[tuple[int, int, int]]:
+        """The ranges (p, lo, hi) made exempt from ``group_skip`` since the last call, below what is
+        judged too: a live checker drops the skips it holds there, unconfirmed."""
+        out, self.exempted = self.exempted, []
+        return out
 
     def _end_spans(self, member: str) -> None:
         for key in [k for k in self.spans if k[0] == member]:
@@ -378,7 +425,7 @@ class GroupJudge:
             top = max(top, o)
         self.max_consumed[p] = top
 
-    def _ack(self, member: str, result: str, at: int) -> None:
+    def _ack(self, member: str, result: str, at: int, ts: int) -> None:
         commit = self.pending_ack.pop(member, None)
         if commit is None:
             return
@@ -386,6 +433,13 @@ class GroupJudge:
         if result != "ok":
             return
         for p, value in sorted(commit.values.items()):
+            times = self.commit_times.setdefault(p, deque())
+            times.append((ts, value))
+            while times[0][0] < ts - self.COMMIT_MEMORY_MS:
+                times.popleft()
+            before = [lo for since, lo in self.rewrite_marks.get(p, []) if ts < since]
+            if before:  # acknowledged before a rewrite began: it passed the old log there (rewritten())
+                self._exempt(p, min(before), value)
             span = self.spans.get((member, p))
             if span is not None and not span.stale and commit.intent_at > span.assigned_at:  # sent in this assignment
                 if value < span.own_ack:
@@ -484,6 +538,8 @@ class GroupJudge:
             "blind": self.blind, "observations_lost": self.observations_lost, "resets": self.resets,
             "recreations": self.recreations,
             "reused": {str(p): s.to_runs() for p, s in self.reused.items() if s},
+            "commit_times": {str(p): [list(x) for x in q] for p, q in self.commit_times.items() if q},
+            "rewrite_marks": {str(p): [list(x) for x in q] for p, q in self.rewrite_marks.items() if q},
             "fetching": [[m, p, *f] for (m, p), f in sorted(self.fetching.items())],
             "spans": [[m, p, s.assigned_at, s.floor, s.started, s.own_ack, s.last, s.seeking, s.no_floor, s.stale,
                        s.committed]
@@ -514,6 +570,8 @@ class GroupJudge:
         j.resets = int(doc.get("resets", 0))
         j.recreations = int(doc.get("recreations", 0))
         j.reused = {int(p): OffsetSet.from_runs(runs) for p, runs in doc.get("reused", {}).items()}
+        j.commit_times = {int(p): deque((int(t), int(v)) for t, v in q) for p, q in doc.get("commit_times", {}).items()}
+        j.rewrite_marks = {int(p): [(int(t), int(o)) for t, o in q] for p, q in doc.get("rewrite_marks", {}).items()}
         j.fetching = {(str(m), int(p)): (int(b), int(ld), int(lag)) for m, p, b, ld, lag in doc.get("fetching", [])}
         j.spans = {(str(m), int(p)): _Span(int(a), None if f is None else int(f), bool(s), int(o), int(last),
                                            bool(seeking), bool(nf), bool(rest[0]) if rest else False,
@@ -545,6 +603,20 @@ def reused_by_rewrite(max_acked: dict, key: tuple, first: int, last: int) -> tup
     top = max_acked.get(key)
     max_acked[key] = max(last, top if top is not None else -1)
     return (first, top + 1) if top is not None and first < top else None
+
+
+def begins_rewrite(rewriting: set, key: tuple, reused: tuple[int, int] | None) -> bool:
+    """Whether one acknowledgement (``reused``: what :func:`reused_by_rewrite` made of it) is the
+    first of its writer incarnation's to go backwards since one that did not: where the writer
+    saw a rewrite begin (:meth:`GroupJudge.rewritten`'s ``since_ms``). ``rewriting`` holds the keys
+    whose last acknowledgement went backwards (updated here)."""
+    if reused is None:
+        rewriting.discard(key)
+        return False
+    if key in rewriting:
+        return False
+    rewriting.add(key)
+    return True
 
 
 def acks_in_order(cls: WriteClass) -> bool:

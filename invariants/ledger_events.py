@@ -25,6 +25,7 @@ class AckedRun:
     done_ts_us: int
     cls: WriteClass = UNKNOWN_CLASS
     log_start_after: int = -1  # listed after the acks arrived (-1: not listed); see OutcomeRun
+    ack_ts_us: int = 0  # when the writer had the acks, by its clock (OutcomeRun.done_ts_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class TxnWritesAcked:
     txn: TxnKey
     done_ts_us: int
     cls: WriteClass = UNKNOWN_CLASS
+    ack_ts_us: int = 0  # when the writer had the acks, by its clock (OutcomeRun.done_ts_us)
 
     def writes(self) -> list[tuple[WriteKey, int]]:
         return [(WriteKey(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq + i),

@@ -70,6 +70,8 @@ class TopicLifecycle:
             self.cycles.forget_topic(tid)
             self.max_acked = {k: v for k, v in self.max_acked.items() if k[2] != tid}
             self.rewrites = {k: v for k, v in self.rewrites.items() if k[0] != tid}
+            self.rewriting = {k for k in self.rewriting if k[2] != tid}
+            self.rewrite_marks = {k: v for k, v in self.rewrite_marks.items() if k[0] != tid}
             self.log_start = {k: v for k, v in self.log_start.items() if k[0] != tid}
 
     def _intended_id(self, partition: int, r: Read) -> str | None:

@@ -27,7 +27,7 @@ from invariants.ledger_format import (
     Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd,
     TxnOutcome, WriteOutcome, decode,
 )
-from invariants.groups import acks_in_order, reused_by_rewrite
+from invariants.groups import GroupJudge, acks_in_order, begins_rewrite, reused_by_rewrite
 from invariants.model import TxnKey, WriteKey
 from invariants.offset_set import OffsetSet
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
@@ -92,6 +92,9 @@ class LedgerBook:
         self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic ID, partition) -> offset
         # (topic ID, partition) -> offsets a rewrite reused, as the writers' acks show them (invariants.groups)
         self.reused: dict[tuple[str, int], OffsetSet] = {}
+        self.rewriting: set[tuple[int, int, str, int]] = set()  # keys whose last ack went backwards
+        # (topic ID, partition) -> [(ms, offset)]: where each in-order writer saw a rewrite begin (invariants.groups)
+        self.rewrite_marks: dict[tuple[str, int], list[tuple[int, int]]] = {}
 
     @classmethod
     def of(cls, entries: Iterable[LedgerEntry], watched: Iterable[str] | None = None) -> "LedgerBook":
@@ -165,7 +168,7 @@ class LedgerBook:
             for run in body.runs:
                 if run.outcome is WriteOutcome.ACKED and run.first_offset >= 0:
                     self._acked_at(body.topic_id, run.partition, wid, inc, run.first_offset, run.count,
-                                   -1 if run.txn_id else run.log_start_after, w.cls)
+                                   -1 if run.txn_id else run.log_start_after, w.cls, run.done_ts_us)
                 for i in range(run.count):
                     k = WriteKey(body.topic_id, run.partition, wid, inc, run.first_seq + i)
                     st = self.writes.get(k)
@@ -190,15 +193,21 @@ class LedgerBook:
             self._close(wid, inc, "writer stopped")
 
     def _acked_at(self, tid: str, p: int, wid: int, inc: int, first: int, count: int, log_start_after: int,
-                  cls: WriteClass) -> None:
+                  cls: WriteClass, ack_ts_us: int) -> None:
         """Acks in the writer's ledger order, as the checker takes them (those outside a transaction
         below a log start listed after them are not acks at their offsets)."""
         end = first + count
         first += min(count, max(0, log_start_after - first))
         if first < end:
-            reused = reused_by_rewrite(self.max_acked, (wid, inc, tid, p), first, end - 1)
+            key = (wid, inc, tid, p)
+            reused = reused_by_rewrite(self.max_acked, key, first, end - 1)
+            begins = begins_rewrite(self.rewriting, key, reused)
             if reused is not None and acks_in_order(cls):
                 self.reused.setdefault((tid, p), OffsetSet()).add_range(*reused)
+                if begins and ack_ts_us > 0:
+                    marks = self.rewrite_marks.setdefault((tid, p), [])
+                    marks.append((ack_ts_us // 1000, reused[0]))
+                    del marks[:-GroupJudge.MAX_MARKS]
 
     def _join(self, w: WriterLedger, body: Checkpoint) -> None:
         """A writer that joined mid-stream, at its first checkpoint: its writes in flight and its

@@ -67,6 +67,7 @@ class AuditResult:
     writers_joined_mid_stream: int = 0
     undecided_writes: set[tuple[str, str, int, int, int, int]] = field(default_factory=set)  # iso, tid, p, wid, inc, seq
     reused: dict[tuple[str, int], OffsetSet] = field(default_factory=dict)  # the ledger's (LedgerBook.reused)
+    rewrite_marks: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)  # LedgerBook's
 
     def add(self, inv: Invariant, iso: Isolation, n: int = 1, promise: Promise = GUARANTEED, writer_name: str = "",
             **example: Any) -> None:
@@ -108,7 +109,7 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
     other records at the offsets below — an acknowledged write there is missing, not expired."""
     book = LedgerBook.of(ledger_entries, watched)
     log_start = log_start or {}
-    res = AuditResult(reused=book.reused)
+    res = AuditResult(reused=book.reused, rewrite_marks=book.rewrite_marks)
     for missing in book.gaps().values():
         res.add(Invariant.OUTCOME_GAP, NONE, len(missing), entries=missing[:10])
 

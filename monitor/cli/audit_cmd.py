@@ -41,11 +41,12 @@ def audit_report(cfg: Any, timeout_s: float = 600.0) -> dict[str, Any]:
         # no member ever ran here (a history from before the group canary, a `vigil watch` without them)
         details["groups"] = {"skipped": f"no observation topic {cfg.groups.observation_topic!r}"}
     elif cfg.groups.enabled:  # the group canary, from its observation log and the canary topic
-        from monitor.group.audit import audit as group_audit, canary_recreated, reused_offsets
+        from monitor.group.audit import audit as group_audit, canary_recreated, reused_offsets, rewrite_marks_of
 
         group = group_audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms, timeout_s,
                             recreated=canary_recreated(h.entries, cfg.canary.name, h.topic_id),
-                            reused=reused_offsets(result.reused, h.topic_id or None))
+                            reused=reused_offsets(result.reused, h.topic_id or None),
+                            marks=rewrite_marks_of(result.rewrite_marks, h.topic_id or None))
         canaries.update({inv: group.counts[inv.value]
                          for inv in (Invariant.GROUP_SKIP, Invariant.GROUP_REWIND, Invariant.REBALANCE_STALL)})
         details["groups"] = group.summary()

@@ -14,7 +14,9 @@ from monitor import clients
 from monitor.cli.common import ConfigOption, console, load_config, print_json
 from monitor.audit.book import LedgerBook
 from monitor.audit.reader import read_ledger
-from monitor.group.audit import audit, canary_recreated, ensure_observation_topic, reused_offsets
+from monitor.group.audit import (
+    audit, canary_recreated, ensure_observation_topic, reused_offsets, rewrite_marks_of,
+)
 from monitor.group.runner import GroupRunner, canary_for
 
 app = typer.Typer(help="The consumer-group canary: `groups.members` member processes subscribed to the canary topic "
@@ -89,9 +91,10 @@ def audit_cmd(
     entries, _bad, _starts = read_ledger(cfg)
     info = clients.describe_topic(clients.admin(cfg), cfg.canary.name)
     topic_id = info.topic_id if info else None
+    book = LedgerBook.of(entries, [cfg.canary.name])
     result = audit(cfg, cfg.canary.name, cfg.groups.observation_topic, cfg.groups.stall_ms,
                    recreated=canary_recreated(entries, cfg.canary.name, topic_id),
-                   reused=reused_offsets(LedgerBook.of(entries, [cfg.canary.name]).reused, topic_id))
+                   reused=reused_offsets(book.reused, topic_id), marks=rewrite_marks_of(book.rewrite_marks, topic_id))
     out = result.summary()
     if as_json:
         print_json(out)

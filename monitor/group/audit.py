@@ -10,7 +10,7 @@ records below those.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from invariants.groups import GroupFinding, GroupJudge
@@ -38,6 +38,9 @@ class GroupAudit:
     observations_lost: int  # gaps in the observation log
     judged_records: int  # of those, passed by an acknowledged commit and judged
     recreated: bool = False  # the canary topic was recreated within the history: group_skip not judged
+    # partition -> [(ms, offset)]: where the writers saw a rewrite begin (commits acknowledged before
+    # passed the old log: invariants.groups.GroupJudge.rewritten)
+    rewrites_began: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """As `vigil group audit --json` prints it (and `vigil audit --json` under ``groups``)."""
@@ -48,6 +51,7 @@ class GroupAudit:
                 "reference_records": self.reference_records, "judged_records": self.judged_records,
                 "offset_resets": self.resets, "observations_lost": self.observations_lost,
                 "canary_recreated": self.recreated,
+                "rewrites_began": {str(p): [list(m) for m in began] for p, began in sorted(self.rewrites_began.items())},
                 "rebalances": {f"{m}:{reason}": n for (m, reason), n in sorted(self.rebalances.items())},
                 "drills": self.drills[:100],
                 "findings": [[f.invariant, f.partition, f.offset, f.member] for f in self.findings[:100]]}
@@ -64,6 +68,14 @@ def reused_offsets(reused: Mapping[tuple[str, int], OffsetSet], topic_id_now: st
     acknowledgements show them (:attr:`monitor.audit.book.LedgerBook.reused`), those of the canary
     topic as it is now, per partition: no ``group_skip`` is judged there, as live."""
     return {p: offsets for (tid, p), offsets in reused.items() if tid == topic_id_now}
+
+
+def rewrite_marks_of(marks: Mapping[tuple[str, int], list[tuple[int, int]]],
+                     topic_id_now: str | None) -> dict[int, list[tuple[int, int]]]:
+    """Of where the writers saw each rewrite begin per (topic ID, partition), as (ms, offset)
+    (:attr:`monitor.audit.book.LedgerBook.rewrite_marks`), those of the canary topic as it is now:
+    a commit acknowledged before passed the old log (:meth:`invariants.groups.GroupJudge.rewritten`)."""
+    return {p: list(m) for (tid, p), m in marks.items() if tid == topic_id_now}
 
 
 def ensure_observation_topic(cfg: Config) -> None:
@@ -87,11 +99,14 @@ def read_observations(cfg: Config, topic: str, canary_topic: str | None, timeout
 
 
 def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: float = 300.0,
-          recreated: bool = False, reused: Mapping[int, OffsetSet] | None = None) -> GroupAudit:
+          recreated: bool = False, reused: Mapping[int, OffsetSet] | None = None,
+          marks: Mapping[int, list[tuple[int, int]]] | None = None) -> GroupAudit:
     """``recreated``: the canary topic was recreated under its name within the history (the
     ledger knows more than one ID for it): ``group_skip`` is not judged
     (:meth:`invariants.groups.GroupJudge.recreated`). ``reused``: per partition, offsets a
-    rewrite reused (:func:`reused_offsets`), where it is not judged either."""
+    rewrite reused (:func:`reused_offsets`), where it is not judged either; ``marks``: per partition,
+    where each rewrite began (:func:`rewrite_marks_of`): nor below what a commit acknowledged before
+    passed."""
     admin = clients.admin(cfg)
     info = clients.describe_topic(admin, topic)
     if info is None or clients.describe_topic(admin, obs_topic) is None:
@@ -102,6 +117,9 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     for p, offsets in (reused or {}).items():
         for first, count in offsets.to_runs():
             judge.rewritten(p, first, first + count)
+    for p, began in (marks or {}).items():
+        for since, lo in began:
+            judge.rewritten(p, lo, lo, since_ms=since)
     log = read_observations(cfg, obs_topic, topic, timeout_s)
     seen = log.seen
     for at, obs in seen:
@@ -122,4 +140,5 @@ def audit(cfg: Config, topic: str, obs_topic: str, stall_ms: int, timeout_s: flo
     findings = judge.judge(dict(enumerate(clients.log_starts(admin, info))))
     return GroupAudit(findings, Counter(f.invariant for f in findings), len(seen), log.malformed, log.foreign,
                       [obs for _at, obs in seen if obs.get("k") == "drill"], judge.redeliveries, judge.rebalances,
-                      reference, judge.resets, judge.observations_lost, judge.judged_records, recreated)
+                      reference, judge.resets, judge.observations_lost, judge.judged_records, recreated,
+                      {p: list(began) for p, began in (marks or {}).items() if began})

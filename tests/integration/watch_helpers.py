@@ -161,6 +161,17 @@ def mapped_class_archives(pid: int) -> set[str]:
     return found
 
 
+def signal_group_members(run: "Background", sig: int) -> int:
+    """Send ``sig`` to the group canary's members a background ``vigil run`` started; how many."""
+    sent = 0
+    for child in psutil.Process(run.proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "monitor.group.member" in child.cmdline():
+                child.send_signal(sig)
+                sent += 1
+    return sent
+
+
 def violations(port: int) -> dict[tuple[str, str], int]:
     """(invariant, isolation) -> count, whatever the durability class."""
     out: dict[tuple[str, str], int] = {}

@@ -106,12 +106,14 @@ def test_acks_going_backwards_name_the_reused_offsets():
     assert reused_by_rewrite(top, "other", 0, 0) is None  # per writer incarnation and partition
 
 
-def rewritten_story() -> Story:
+def rewritten_story(back_at: int = 2, timed: bool = False) -> Story:
+    """Seqs 0..10 acknowledged at 0..10, then 11..19 at ``back_at`` on (``timed``: the writer had
+    the old acks at 0..10 ms, the new ones from 210 ms on; else all at once)."""
     s = Story()
-    for seq in range(11):
-        s.acked(seq, seq)
-    for seq in range(11, 20):  # the log back at 0: the same writer acknowledged at reused offsets
-        s.acked(seq, seq - 9)
+    for seq in range(20):  # the log back at back_at: the same writer acknowledged at reused offsets
+        new = seq >= 11
+        s.acked(seq, seq - 11 + back_at if new else seq,
+                done_us=(210_000 + 1_000 * (seq - 11) if new else 1_000 * seq) if timed else 2)
     return s
 
 

@@ -41,10 +41,10 @@ class Story:
         self.entries.append(LedgerEntry(self.writer, n, 1_000 + n, body))
         return self
 
-    def acked(self, seq: int, offset: int, p: int = 0) -> "Story":
-        """An intent for ``seq`` and its acknowledgement at ``offset``."""
+    def acked(self, seq: int, offset: int, p: int = 0, done_us: int = 2) -> "Story":
+        """An intent for ``seq`` and its acknowledgement at ``offset`` (the writer had it at ``done_us``)."""
         self.entry(Intent(TID, (WriteRange(p, seq, 1),)))
-        return self.entry(Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 1, 2),)))
+        return self.entry(Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, offset, 1, done_us),)))
 
     def outcome(self, seq: int, outcome: WriteOutcome, p: int = 0) -> "Story":
         self.entry(Intent(TID, (WriteRange(p, seq, 1),)))
