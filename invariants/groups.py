@@ -49,8 +49,12 @@ a backward jump the member did not announce (``seek``, which only the rewind dri
 client resetting an out-of-range position: no floor holds from there either (``resets`` counts both); what is consumed again is redelivered, not rewound.
 Observations that are missing (a gap in the log's offsets, or its head deleted) make the judge
 forget assignments and commits (no rewind until the next assignment) and stop judging
-``group_skip`` (``observations_lost``): what the members consumed then is unknown. A malformed
-observation is no lost one.
+``group_skip`` (``observations_lost``): what the members consumed then is unknown. Each member
+may also have had a commit in flight whose ``intent`` was lost, landing after a commit the judge
+knows: until it is settled (the member's next ``intent``, an ``ack`` of no known ``intent``, its
+process starting or stopping; a member commits one at a time and observes nothing meanwhile) and
+a known commit sent after that covers the partition, an assignment there has no floor. A
+malformed observation is no lost one.
 
 **A recreated canary topic** (a new topic ID under its name) starts the judge again, blind:
 commits name topics, not IDs, so the members go on committing the positions they held in the old
@@ -180,10 +184,13 @@ class GroupJudge:
     # log (see rewritten())
     commit_times: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
     rewrite_marks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    exempted: list[tuple[int, int, int]] = field(default_factory=list)  # (p, lo, hi) newly exempt, for take_exempted()
+    exempted: dict[tuple[int, int], int] = field(default_factory=dict)  # (p, lo) -> hi newly exempt: take_exempted()
+    # commits lost with observations (a member's, value and partitions unknown): no floor they may
+    # undercut (see _lost_observations()); and the members seen since the last loss (None: no loss)
+    lost_commits: list[_Commit] = field(default_factory=list)
+    seen_since_loss: set[str] | None = None
 
     MAX_UNJUDGED = 1_000_000  # reference offsets per partition waiting for a commit to pass them
-    MAX_MARKS = 64  # rewrites remembered per partition (each writer's first backward acknowledgement)
     # how long a commit's time is kept for a rewrite learnt after it (live, the ledger and the observation
     # log are read side by side: what one is behind the other by)
     COMMIT_MEMORY_MS = 30 * 60_000
@@ -201,6 +208,8 @@ class GroupJudge:
         if self.last_ts is not None and ts - self.last_ts > self.stall_ms:
             self.alive_at.clear()  # the whole log silent (no member ran, or none could write): no clock ran
         self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        if self.seen_since_loss is not None or any(c.ack_at is None for c in self.lost_commits):
+            self._settle_lost_commit(member, kind, str(obs.get("r", "unknown")), at)
         if kind == "started":
             self._end_spans(member)
             self._unknown_outcome(member, at)
@@ -275,6 +284,29 @@ class GroupJudge:
         self.alive_at.clear()
         self.blind = True
         self.observations_lost += 1
+        self.seen_since_loss = set()
+
+    def _settle_lost_commit(self, member: str, kind: object, result: str, at: int) -> None:
+        """After lost observations, each member may have had a commit in flight whose ``intent``
+        was lost: any partitions, any values, applied whenever before it is settled — after a
+        commit the judge knows, too (found by a property test: a floor taken from the known
+        commit, 19, where a revoked member's lost commit, 8, landed last: five false
+        ``group_rewind``). It is settled at the member's next ``ack`` that no known ``intent``
+        precedes (its outcome), its next ``intent`` (it commits one at a time) or its process
+        starting or stopping (unknown); a floor that such a commit may undercut is none
+        (:meth:`_fetch_floor`). A member whose first observation after the loss is an ``intent`` had
+        none in flight."""
+        if not member:
+            return
+        if self.seen_since_loss is not None and member not in self.seen_since_loss:
+            self.seen_since_loss.add(member)
+            if kind != "intent":
+                self.lost_commits.append(_Commit(member, {}, at))
+        for c in self.lost_commits:
+            if c.member == member and c.ack_at is None and (
+                    kind in ("intent", "started", "stopped") or (kind == "ack" and member not in self.pending_ack)):
+                c.ack_at, c.result = at, (result if kind == "ack" else "unknown")
+        self.lost_commits = [c for c in self.lost_commits if c.result != "refused"]
 
     def recreated(self) -> None:
         """The canary topic was recreated under its name (a new topic ID). Commits name topics,
@@ -338,9 +370,7 @@ class GroupJudge:
         (one host under ``vigil run``); a new log's commit acknowledged before the writer saw its
         acknowledgement go back exempts what it passed too."""
         if since_ms is not None:
-            marks = self.rewrite_marks.setdefault(p, [])
-            marks.append((since_ms, lo))
-            del marks[:-self.MAX_MARKS]
+            add_rewrite_mark(self.rewrite_marks.setdefault(p, []), since_ms, lo)
             hi = max([hi] + [value for ts, value in self.commit_times.get(p, []) if ts < since_ms])
         self._exempt(p, lo, hi)
 
@@ -348,9 +378,7 @@ class GroupJudge:
         """No skip judged on p in ``[lo, hi)`` (:meth:`rewritten`)."""
         if lo >= hi:
             return
-        if self.exempted and self.exempted[-1][:2] == (p, lo):
-            hi = max(hi, self.exempted.pop()[2])  # (one rewrite, commit after commit: one range)
-        self.exempted.append((p, lo, hi))
+        self.exempted[(p, lo)] = max(hi, self.exempted.get((p, lo), hi))  # (one rewrite, commit after commit)
         lo = max(lo, self.judged_to.get(p, 0))  # (below, nothing is judged any more: kept no longer)
         if lo >= hi:
             return
@@ -365,7 +393,8 @@ class GroupJudge:
     def take_exempted(self) -> list[tuple[int, int, int]]:
         """The ranges (p, lo, hi) made exempt from ``group_skip`` since the last call, below what is
         judged too: a live checker drops the skips it holds there, unconfirmed."""
-        out, self.exempted = self.exempted, []
+        out = [(p, lo, hi) for (p, lo), hi in self.exempted.items()]
+        self.exempted.clear()
         return out
 
     def _end_spans(self, member: str) -> None:
@@ -391,6 +420,10 @@ class GroupJudge:
                  and c.intent_at < first_consumed_at]
         if not latest:
             return None  # it may have found no committed offset at all
+        for lost in self.lost_commits:  # (any value on any partition: unless a later known commit covers it)
+            if lost.ack_at is None or not any(
+                    c.intent_at > lost.ack_at and c.ack_at < span.assigned_at for c in acked):  # type: ignore[operator]
+                return None
         return min(c.values[p] for c in latest + maybe)
 
     def _consumed(self, member: str, p: int, offsets: list[int], at: int) -> None:
@@ -464,6 +497,10 @@ class GroupJudge:
                            and (waiting is None or d.ack_at < waiting) for d in self.commits) for p in c.values)
 
         self.commits = [c for c in self.commits if not superseded(c)]
+        known = set(self.max_consumed) | {p for _m, p in self.spans}
+        self.lost_commits = [c for c in self.lost_commits if c.ack_at is None or not known or not all(
+            any(d.result == "ok" and d.ack_at is not None and p in d.values and d.intent_at > c.ack_at
+                and (waiting is None or d.ack_at < waiting) for d in self.commits) for p in known)]
 
     # -- the reference reader -----------------------------------------------------------------
     def read_reference(self, p: int, offsets: Iterable[int], reader_at: int | None = None) -> None:
@@ -547,6 +584,8 @@ class GroupJudge:
             "commits": [[c.member, {str(p): v for p, v in c.values.items()}, c.intent_at, c.ack_at, c.result,
                          sorted(c.unknown_log)] for c in self.commits],
             "pending_ack": {m: index[id(c)] for m, c in self.pending_ack.items()},
+            "lost_commits": [[c.member, c.intent_at, c.ack_at, c.result] for c in self.lost_commits],
+            "seen_since_loss": None if self.seen_since_loss is None else sorted(self.seen_since_loss),
             "first_consumed": {str(p): [[o, at] for o, at in sorted(m.items())] for p, m in self.first_consumed.items() if m},
             "max_consumed": {str(p): v for p, v in self.max_consumed.items()},
             "to_judge": {str(p): [list(x) for x in q] for p, q in self.to_judge.items() if q},
@@ -581,6 +620,10 @@ class GroupJudge:
                              None if a is None else int(a), str(r), frozenset(int(q) for q in (rest[0] if rest else [])))
                      for m, values, i, a, r, *rest in doc.get("commits", [])]
         j.pending_ack = {str(m): j.commits[int(i)] for m, i in doc.get("pending_ack", {}).items()}
+        j.lost_commits = [_Commit(str(m), {}, int(i), None if a is None else int(a), str(r))
+                          for m, i, a, r in doc.get("lost_commits", [])]
+        seen = doc.get("seen_since_loss")
+        j.seen_since_loss = None if seen is None else {str(m) for m in seen}
         j.first_consumed = {int(p): {int(o): int(at) for o, at in pairs} for p, pairs in doc.get("first_consumed", {}).items()}
         j.max_consumed = {int(p): int(v) for p, v in doc.get("max_consumed", {}).items()}
         j.to_judge = {int(p): [(int(v), int(a)) for v, a in q] for p, q in doc.get("to_judge", {}).items()}
@@ -605,17 +648,32 @@ def reused_by_rewrite(max_acked: dict, key: tuple, first: int, last: int) -> tup
     return (first, top + 1) if top is not None and first < top else None
 
 
-def begins_rewrite(rewriting: set, key: tuple, reused: tuple[int, int] | None) -> bool:
-    """Whether one acknowledgement (``reused``: what :func:`reused_by_rewrite` made of it) is the
-    first of its writer incarnation's to go backwards since one that did not: where the writer
-    saw a rewrite begin (:meth:`GroupJudge.rewritten`'s ``since_ms``). ``rewriting`` holds the keys
-    whose last acknowledgement went backwards (updated here)."""
+def begins_rewrite(rewriting: set, key: tuple, reused: tuple[int, int] | None, last: int) -> bool:
+    """Whether one acknowledgement of offsets up to ``last`` (``reused``: what
+    :func:`reused_by_rewrite` made of it) is its writer incarnation's first to go backwards since
+    its acknowledgements last reached the old log's end: where the writer saw a rewrite begin
+    (:meth:`GroupJudge.rewritten`'s ``since_ms``). ``rewriting`` holds the keys whose
+    acknowledgements went backwards and are still below the old end (updated here): the same
+    however the acknowledgements are split into runs (the checker takes a ledger run in pieces, the
+    audit whole)."""
     if reused is None:
         rewriting.discard(key)
         return False
-    if key in rewriting:
+    begins = key not in rewriting
+    if last < reused[1] - 1:
+        rewriting.add(key)
+    else:
+        rewriting.discard(key)
+    return begins
+
+
+def add_rewrite_mark(marks: list[tuple[int, int]], since_ms: int, lo: int) -> bool:
+    """Keep ``(since_ms, lo)`` in ``marks`` unless one there covers it (a later or equal time and a
+    lower or equal offset exempt all it does); drop those it covers. The same set in any order of
+    arrival. Whether it was kept."""
+    if any(t >= since_ms and o <= lo for t, o in marks):
         return False
-    rewriting.add(key)
+    marks[:] = [(t, o) for t, o in marks if not (since_ms >= t and lo <= o)] + [(since_ms, lo)]
     return True
 
 

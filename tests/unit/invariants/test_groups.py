@@ -336,8 +336,10 @@ def test_an_observation_round_trips():
 
 def test_after_lost_observations_no_skip_is_judged_and_rewinds_only_from_new_commits():
     j = GroupJudge()
-    # the log's head was deleted (retention): it starts at 500, where a member commits 110 on 0
+    # the log's head was deleted (retention): it starts at 500, where b commits on 1 (so it had no
+    # commit in flight whose intent was lost) and a commits 110 on 0
     for at, (m, k, f) in enumerate([
+            ("b", "intent", {"o": {"1": 7}}), ("b", "ack", {"r": "ok"}),
             ("a", "consumed", {"r": {"0": [[105, 5]]}}), ("a", "intent", {"o": {"0": 110}}), ("a", "ack", {"r": "ok"}),
             ("a", "consumed", {"r": {"0": [[110, 5]]}}), ("a", "intent", {"o": {"0": 120}}), ("a", "ack", {"r": "ok"}),
             ("a", "revoked", {"p": [0]}), ("b", "assigned", {"p": [0]}), ("b", "consumed", {"r": {"0": [[118, 1]]}})],
@@ -346,6 +348,35 @@ def test_after_lost_observations_no_skip_is_judged_and_rewinds_only_from_new_com
     j.read_reference(0, range(125))
     assert [(f.invariant, f.offset) for f in j.judge()] == [("group_rewind", 118)]
     assert j.observations_lost == 1 and j.judged_records == 0
+
+
+def test_a_commit_lost_with_observations_may_land_last_so_it_leaves_no_floor_until_a_later_one_covers_it():
+    """Found by the property test below (its seed 125707173): the observations' head lost, with a
+    revoked member's late commit (8) in it; it landed after another member's known commit (19), so
+    the next owner fetched 8 — a floor of 19 made five false group_rewind."""
+    def judge(before: list, between: list) -> list:
+        j = GroupJudge()
+        for at, (m, k, f) in enumerate([("c", "intent", {"o": {"2": 1}}), ("c", "ack", {"r": "ok"})] + before + [
+                ("a", "intent", {"o": {"1": 19}})] + between + [("a", "ack", {"r": "ok"}), ("c", "assigned", {"p": [1]}),
+                ("c", "consumed", {"r": {"1": [[10, 3]]}})], start=500):
+            j.observe(at, {"m": m, "k": k, "t": at, **f})
+        return [(f.invariant, f.offset) for f in j.judge()]
+
+    rewinds = [("group_rewind", 10), ("group_rewind", 11), ("group_rewind", 12)]
+    # b's first observation after the loss comes after a's 19 was sent: b's commit in flight
+    # settled then (it restarted; or its ack), maybe applied after 19: no floor
+    assert judge([], [("b", "started", {})]) == []
+    assert judge([], [("b", "ack", {"r": "ok"})]) == []
+    # ... before it: 19 covers it (and a member whose first observation is an intent had none)
+    assert judge([("b", "started", {})], []) == rewinds
+    assert judge([("b", "intent", {"o": {"0": 3}}), ("b", "ack", {"r": "ok"})], []) == rewinds
+    # ... refused: nothing of it was committed
+    assert judge([], [("b", "ack", {"r": "refused"})]) == rewinds
+    # ... a restore keeps what is not settled yet
+    j = GroupJudge()
+    j.observe(500, {"m": "b", "k": "progress", "t": 500, "p": []})
+    j = GroupJudge.from_doc(json.loads(json.dumps(j.to_doc())))
+    assert [c.member for c in j.lost_commits if c.ack_at is None] == ["b"] and j.seen_since_loss == {"b"}
 
 
 def test_a_killed_members_commit_in_flight_does_not_hide_later_rewinds():

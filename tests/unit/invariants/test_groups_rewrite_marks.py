@@ -20,10 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from invariants.checker import Checker
-from invariants.groups import GroupJudge, begins_rewrite, reused_by_rewrite
+from invariants.groups import GroupJudge, add_rewrite_mark, begins_rewrite, reused_by_rewrite
+from invariants.ledger_format import Intent, OutcomeRun, Outcomes, WriteOutcome, WriteRange
 from monitor.audit.book import LedgerBook
 from tests.unit.invariants.test_groups_reused import rewritten_story
-from tests.unit.invariants.tiny import TID
+from tests.unit.invariants.tiny import TID, Story
 
 OLD_REFERENCE = list(range(11))  # read_committed: the aborted records and the marker are not read
 OLD = [(100, "a", "assigned", {"p": [0], "c": {"0": -1}}),
@@ -122,9 +123,65 @@ def test_a_rewrite_learnt_after_the_commits_exempts_as_much_as_one_learnt_before
 def test_a_writers_first_acknowledgement_going_back_begins_a_rewrite_once():
     top, rewriting = {}, set()
     seen = []
-    for first, last in [(0, 9), (10, 10), (3, 5), (6, 12), (13, 14), (2, 2), (3, 3)]:
-        seen.append(begins_rewrite(rewriting, "k", reused_by_rewrite(top, "k", first, last)))
-    assert seen == [False, False, True, False, False, True, False]  # (13: past the old end, the rewrite over)
+    for first, last in [(0, 9), (10, 10), (3, 5), (6, 8), (9, 14), (2, 2), (3, 3)]:
+        seen.append(begins_rewrite(rewriting, "k", reused_by_rewrite(top, "k", first, last), last))
+    # (9..14 reaches past the old end, 10: the rewrite over; 2 begins another)
+    assert seen == [False, False, True, False, False, True, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), max_size=12), st.randoms())
+def test_the_marks_kept_are_the_same_in_any_order_and_exempt_what_all_of_them_do(marks, rnd):
+    kept = []
+    for since, lo in marks:
+        add_rewrite_mark(kept, since, lo)
+    shuffled = list(marks)
+    rnd.shuffle(shuffled)
+    again = []
+    for since, lo in shuffled:
+        add_rewrite_mark(again, since, lo)
+    assert sorted(kept) == sorted(again)
+    for ts in range(52):  # a commit acknowledged at ts is exempt from the lowest offset of the marks after it
+        lows = [lo for since, lo in marks if ts < since]
+        assert min(lows, default=None) == min([lo for since, lo in kept if ts < since], default=None)
+
+
+def split_story() -> Story:
+    """One writer: the old log at 0..10, then a ledger run of two intents acknowledged at 6..15 (it
+    crosses the old end: the checker takes it in two pieces, the audit whole), then a second rewrite
+    (an acknowledgement at 3)."""
+    s = Story()
+    for seq in range(11):
+        s.acked(seq, seq, done_us=1_000 * (seq + 1))
+    s.entry(Intent(TID, (WriteRange(0, 11, 5),)))
+    s.entry(Intent(TID, (WriteRange(0, 16, 5),)))
+    s.entry(Outcomes(TID, (OutcomeRun(0, 11, 10, WriteOutcome.ACKED, 6, 1, 200_000),)))
+    return s.acked(21, 3, done_us=500_000)
+
+
+def test_a_run_split_into_pieces_marks_what_the_whole_run_does():
+    story = split_story()
+    book = LedgerBook.of(story.entries)
+    ck = Checker()
+    ck.note_topic("canary", TID)
+    ck.apply_ledger(story.entries)
+    # (the second, later and lower, covers the first; without the split's fix the checker saw the
+    # first rewrite end inside the run and the audit did not, and only one of them marked the second)
+    assert book.rewrite_marks == ck.rewrite_marks == {(TID, 0): [(500, 3)]}
+    assert book.rewriting == ck.rewriting
+
+
+def test_several_rewrites_and_partitions_exempt_each_their_own():
+    j = GroupJudge()
+    j.rewritten(0, 5, 8, since_ms=100)
+    j.rewritten(1, 0, 3, since_ms=300)
+    for at, (ts, m, k, f) in enumerate([(50, "a", "intent", {"o": {"0": 12, "1": 12}}), (60, "a", "ack", {"r": "ok"}),
+                                        (200, "a", "intent", {"o": {"0": 20, "1": 20}}),
+                                        (210, "a", "ack", {"r": "ok"})]):
+        j.observe(at, {"m": m, "k": k, "t": ts, **f})
+    # p0: the first commit only (acknowledged before 100 ms); p1: both (before 300 ms)
+    assert sorted(j.take_exempted()) == [(0, 5, 12), (1, 0, 20)] and j.take_exempted() == []
+    assert j.reused[0].to_runs() == [[5, 7]] and j.reused[1].to_runs() == [[0, 20]]
 
 
 def test_the_audit_and_the_checker_take_the_same_rewrite_start_from_the_ledger():
