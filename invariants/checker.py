@@ -64,7 +64,7 @@ from invariants.unconfirmed import UnconfirmedFamily
 from invariants.eos import EosFinding, EosLive
 from invariants.reference_confirm import FindingsToConfirm
 from invariants.groups import (
-    GroupFinding, GroupJudge, acks_in_order, add_rewrite_mark, begins_rewrite, reused_by_rewrite,
+    GroupFinding, GroupJudge, acks_in_order, reused_by_rewrite, rewrite_began,
 )
 from invariants.write_cycles import WriteCyclesFamily
 
@@ -536,14 +536,12 @@ class Checker(TopicLifecycle):
         at or below the new ack's offset (how far below, nobody can tell: :meth:`log_went_back`)."""
         key = (writer_id, inc, tid, p)
         reused = reused_by_rewrite(self.max_acked, key, first_offset, last_offset)
-        begins = begins_rewrite(self.rewriting, key, reused, last_offset)
+        in_order = acks_in_order(cls)
+        since = rewrite_began(self.rewriting, self.rewrite_marks, key, reused, last_offset, ack_ts_us, in_order)
         if reused is not None:
             self.log_went_back(tid, p, first_offset, reused[1])
-            if acks_in_order(cls):  # no group_skip judged there (invariants.groups)
+            if in_order:  # no group_skip judged there (invariants.groups)
                 self.rewrites.setdefault((tid, p), OffsetSet()).add_range(*reused)
-                since = ack_ts_us // 1000 if begins and ack_ts_us > 0 else None
-                if since is not None:
-                    add_rewrite_mark(self.rewrite_marks.setdefault((tid, p), []), since, reused[0])
                 if self.group_source and tid == self.group_topic_id:
                     self.groups.rewritten(p, *reused, since_ms=since)  # (skips held there: dropped when judged)
 

@@ -208,7 +208,7 @@ class GroupJudge:
         if self.last_ts is not None and ts - self.last_ts > self.stall_ms:
             self.alive_at.clear()  # the whole log silent (no member ran, or none could write): no clock ran
         self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
-        if self.seen_since_loss is not None or any(c.ack_at is None for c in self.lost_commits):
+        if self.seen_since_loss is not None:  # (set at a loss, and only then are there lost commits)
             self._settle_lost_commit(member, kind, str(obs.get("r", "unknown")), at)
         if kind == "started":
             self._end_spans(member)
@@ -302,11 +302,11 @@ class GroupJudge:
             self.seen_since_loss.add(member)
             if kind != "intent":
                 self.lost_commits.append(_Commit(member, {}, at))
-        for c in self.lost_commits:
-            if c.member == member and c.ack_at is None and (
-                    kind in ("intent", "started", "stopped") or (kind == "ack" and member not in self.pending_ack)):
-                c.ack_at, c.result = at, (result if kind == "ack" else "unknown")
-        self.lost_commits = [c for c in self.lost_commits if c.result != "refused"]
+        if kind in ("intent", "started", "stopped") or (kind == "ack" and member not in self.pending_ack):
+            for c in self.lost_commits:
+                if c.member == member and c.ack_at is None:
+                    c.ack_at, c.result = at, (result if kind == "ack" else "unknown")
+            self.lost_commits = [c for c in self.lost_commits if c.result != "refused"]
 
     def recreated(self) -> None:
         """The canary topic was recreated under its name (a new topic ID). Commits name topics,
@@ -675,6 +675,21 @@ def add_rewrite_mark(marks: list[tuple[int, int]], since_ms: int, lo: int) -> bo
         return False
     marks[:] = [(t, o) for t, o in marks if not (since_ms >= t and lo <= o)] + [(since_ms, lo)]
     return True
+
+
+def rewrite_began(rewriting: set, marks: dict, key: tuple, reused: tuple[int, int] | None, last: int,
+                  ack_ts_us: int, in_order: bool) -> int | None:
+    """One acknowledgement of offsets up to ``last`` by writer incarnation ``key`` = (writer, inc,
+    topic ID, partition), ``reused`` what :func:`reused_by_rewrite` made of it: where it begins a
+    rewrite (:func:`begins_rewrite`) of an in-order writer, its time in ms (the writer's clock),
+    kept in ``marks[(topic ID, partition)]`` (:func:`add_rewrite_mark`); else None. The checker and
+    the audit's book both take each acknowledgement through here, so they mark alike."""
+    begins = begins_rewrite(rewriting, key, reused, last)
+    if reused is None or not (begins and in_order and ack_ts_us > 0):
+        return None
+    since = ack_ts_us // 1000
+    add_rewrite_mark(marks.setdefault(key[2:], []), since, reused[0])
+    return since
 
 
 def acks_in_order(cls: WriteClass) -> bool:

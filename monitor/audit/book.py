@@ -27,7 +27,7 @@ from invariants.ledger_format import (
     Checkpoint, Intent, LedgerEntry, LedgerFormatError, Outcomes, Retire, Start, Stop, TopicSettings, TxnEnd,
     TxnOutcome, WriteOutcome, decode,
 )
-from invariants.groups import acks_in_order, add_rewrite_mark, begins_rewrite, reused_by_rewrite
+from invariants.groups import acks_in_order, reused_by_rewrite, rewrite_began
 from invariants.model import TxnKey, WriteKey
 from invariants.offset_set import OffsetSet
 from invariants.promises import UNKNOWN_CLASS, WriteClass, classify
@@ -201,11 +201,10 @@ class LedgerBook:
         if first < end:
             key = (wid, inc, tid, p)
             reused = reused_by_rewrite(self.max_acked, key, first, end - 1)
-            begins = begins_rewrite(self.rewriting, key, reused, end - 1)
-            if reused is not None and acks_in_order(cls):
+            in_order = acks_in_order(cls)
+            rewrite_began(self.rewriting, self.rewrite_marks, key, reused, end - 1, ack_ts_us, in_order)
+            if reused is not None and in_order:
                 self.reused.setdefault((tid, p), OffsetSet()).add_range(*reused)
-                if begins and ack_ts_us > 0:
-                    add_rewrite_mark(self.rewrite_marks.setdefault((tid, p), []), ack_ts_us // 1000, reused[0])
 
     def _join(self, w: WriterLedger, body: Checkpoint) -> None:
         """A writer that joined mid-stream, at its first checkpoint: its writes in flight and its
