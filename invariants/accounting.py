@@ -190,6 +190,19 @@ class LedgerFold:
         top = self.intended_to.get((writer_id, inc, partition))
         return top is not None and seq >= top
 
+    def outcome_open(self, writer_id: int, inc: int, topic_id: str, partition: int, seq: int) -> bool:
+        """True while the ledger folded so far gives the write of seq ``seq`` (this writer,
+        incarnation, topic ID and partition) no outcome yet: its intent not folded yet (an intent is
+        durable before the send, so a record read has one in the ledger), or pending. False once it
+        has one, and where none can come (an incarnation this fold does not know, or that stopped
+        or was superseded: its undecided writes are indeterminate)."""
+        w = next((c for c in self.writers.values() if c.writer_id == writer_id and c.inc == inc), None)
+        if w is None or w.stopped or w.superseded or not w.watched:
+            return False
+        if seq >= self.intended_to.get((writer_id, inc, partition), 0):
+            return True
+        return any(r.first <= seq < r.end for r in w.pending.get((topic_id, partition), ()))
+
     def watch_topic_id(self, topic_id: str) -> None:
         """A topic ID known (e.g. from metadata) to be one of the watched topics."""
         self.watched_ids.add(topic_id)

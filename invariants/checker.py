@@ -351,8 +351,13 @@ class Checker(TopicLifecycle):
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
         for p, lo, hi in self.groups.take_exempted():  # a rewrite's offsets: no skip held there is one
             self.group_skips.drop(tid, p, lo, hi)
-        self._group_violations(tid, self.group_skips.confirmed(self._view_of))
+        self._group_violations(tid, self.group_skips.confirmed(self._view_of, self._outcome_open))
         self._group_violations(tid, self.group_skips.hold(self.groups.judge(starts), tid, self._view_of))
+
+    def _outcome_open(self, key: ViewKey, record: Ident) -> bool:
+        """The write of a canary record read under ``key`` has no outcome in the ledger yet."""
+        return is_canary(record) and self.fold.outcome_open(
+            record[0], record[1], key.topic_id, key.partition, record[2])
 
     def _group_violations(self, tid: str, found: list[GroupFinding]) -> None:
         for f in found:
