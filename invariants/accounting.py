@@ -162,6 +162,7 @@ class LedgerFold:
         # (writer id, incarnation, partition) -> 1 + the highest seq it said it intended (an intent, a
         # checkpoint's pending or open transaction, an outcome); what lies above was not folded yet
         self.intended_to: dict[tuple[int, int, int], int] = {}
+        self.clock_us = 0  # the latest time_us of an entry read: how far the ledger has been read
 
     def _intended(self, w: WriterCursor, p: int, end_seq: int) -> None:
         """This writer said it intended seqs of partition ``p`` below ``end_seq``."""
@@ -194,14 +195,23 @@ class LedgerFold:
         """True while the ledger folded so far gives the write of seq ``seq`` (this writer,
         incarnation, topic ID and partition) no outcome yet: its intent not folded yet (an intent is
         durable before the send, so a record read has one in the ledger), or pending. False once it
-        has one, and where none can come (an incarnation this fold does not know, or that stopped
-        or was superseded: its undecided writes are indeterminate)."""
+        has one, and where none can come (an incarnation that stopped or was superseded: its
+        undecided writes are indeterminate; one this fold does not know, unless it knows an earlier
+        incarnation of the writer: then the new one's ``start``, which comes before its writes, is
+        still on its way)."""
         w = next((c for c in self.writers.values() if c.writer_id == writer_id and c.inc == inc), None)
-        if w is None or w.stopped or w.superseded or not w.watched:
+        if w is None:
+            return any(c.writer_id == writer_id and c.inc < inc and c.watched for c in self.writers.values())
+        if w.stopped or w.superseded or not w.watched:
             return False
         if seq >= self.intended_to.get((writer_id, inc, partition), 0):
             return True
         return any(r.first <= seq < r.end for r in w.pending.get((topic_id, partition), ()))
+
+    def writing(self) -> bool:
+        """Whether some watched writer may still append to the ledger (started, neither stopped nor
+        superseded)."""
+        return any(w.watched and w.started and not w.stopped and not w.superseded for w in self.writers.values())
 
     def watch_topic_id(self, topic_id: str) -> None:
         """A topic ID known (e.g. from metadata) to be one of the watched topics."""
@@ -224,6 +234,7 @@ class LedgerFold:
         return bool(w.watched)
 
     def apply(self, e: LedgerEntry) -> list[LedgerEvent]:
+        self.clock_us = max(self.clock_us, e.time_us)
         key = (e.writer.instance, e.writer.inc)
         w = self.writers.get(key)
         if w is None:
@@ -375,7 +386,7 @@ class LedgerFold:
         return {"watched": None if self.watched is None else sorted(self.watched),
                 "watched_ids": sorted(self.watched_ids), "writers": [w.to_doc() for w in self.writers.values()],
                 "generations": [[*k, gens] for k, gens in self.generations.items()],
-                "intended_to": [[*k, top] for k, top in self.intended_to.items()]}
+                "intended_to": [[*k, top] for k, top in self.intended_to.items()], "clock_us": self.clock_us}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "LedgerFold":
@@ -384,6 +395,7 @@ class LedgerFold:
         fold.generations = {(wid, inc, p): gens for wid, inc, p, gens in doc["generations"]}
         # (absent from a document saved before it was kept: nothing known, nothing left out)
         fold.intended_to = {(wid, inc, p): top for wid, inc, p, top in doc.get("intended_to", [])}
+        fold.clock_us = doc.get("clock_us", 0)
         for d in doc["writers"]:
             w = WriterCursor.from_doc(d)
             fold.writers[(w.instance, w.inc)] = w

@@ -80,6 +80,12 @@ class Refetch:
     hi: int
 
 
+# a confirmed group_skip waits for the ledger (Checker._ledger_behind): read this much further (the
+# writers' entries follow their acknowledgements within about a second), and at most this much
+LEDGER_GRACE_US = 5_000_000
+LEDGER_WAIT_MAX_US = 30_000_000
+
+
 class Checker(TopicLifecycle):
     def __init__(self, settings: Settings | None = None, watched: Iterable[str] | None = None) -> None:
         self.settings = settings or Settings()
@@ -351,13 +357,23 @@ class Checker(TopicLifecycle):
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
         for p, lo, hi in self.groups.take_exempted():  # a rewrite's offsets: no skip held there is one
             self.group_skips.drop(tid, p, lo, hi)
-        self._group_violations(tid, self.group_skips.confirmed(self._view_of, self._outcome_open))
+        self._group_violations(tid, self.group_skips.confirmed(self._view_of, self._ledger_behind,
+                                                                self.fold.clock_us))
         self._group_violations(tid, self.group_skips.hold(self.groups.judge(starts), tid, self._view_of))
 
-    def _outcome_open(self, key: ViewKey, record: Ident) -> bool:
-        """The write of a canary record read under ``key`` has no outcome in the ledger yet."""
-        return is_canary(record) and self.fold.outcome_open(
-            record[0], record[1], key.topic_id, key.partition, record[2])
+    def _ledger_behind(self, key: ViewKey, record: Ident, since_us: int) -> bool:
+        """Whether a skip confirmed when the ledger had been read to ``since_us`` still waits for
+        it (invariants.reference_confirm): the writers' entries reach the checker up to a batch or
+        more after their records, and the acknowledgements that show a rewrite reused the offset
+        may be another writer's. It waits until the ledger was read :data:`LEDGER_GRACE_US`
+        further and the write of the record there has an outcome (a canary record's), at most
+        :data:`LEDGER_WAIT_MAX_US` further (an outcome lost from the ledger, a writer gone without
+        a ``stop``); without a ledger read, or once every writer stopped, nothing more will come."""
+        clock = self.fold.clock_us
+        if not since_us or clock >= since_us + LEDGER_WAIT_MAX_US or not self.fold.writing():
+            return False
+        return clock < since_us + LEDGER_GRACE_US or (is_canary(record) and self.fold.outcome_open(
+            record[0], record[1], key.topic_id, key.partition, record[2]))
 
     def _group_violations(self, tid: str, found: list[GroupFinding]) -> None:
         for f in found:

@@ -17,15 +17,14 @@ the audit judges the final log's record at that offset against the same consumpt
 offset — and dropped when none is. A view about to forget the offset, the log start passing it, or
 the topic ending judge it on what the view holds then, as it would have without asking.
 
-A ``group_skip`` also waits for the ledger to give the write of the record it names an outcome
-(``outcome_open``; a record no canary writer wrote has none to wait for). The writers' ledger
+A ``group_skip`` also waits for the ledger (the checker's rule: ``wait``). The writers' ledger
 entries may arrive a batch or more after the records they acknowledge: found on the local
 cluster, a node back without its data under a group that committed past the new log's records
 while the writers' acknowledgements going backwards (which show the offsets reused:
 :meth:`invariants.groups.GroupJudge.rewritten`) were still on their way; live counted 7 skips in
-2 of 6 runs that the audit, with the whole ledger, did not. A skip whose record's outcome is an
-acknowledgement going backwards is dropped with the rewrite's offsets; any other outcome, or
-none to come (the writer stopped, or its next incarnation made it indeterminate), counts it.
+2 of 6 runs that the audit, with the whole ledger, did not. A skip whose offset a rewrite turns
+out to have reused is dropped while it waits, like one still to be read again. Waiting skips are
+saved with the others; restored, they start waiting again.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ class FindingsToConfirm(Generic[F]):
     def __init__(self, kind: Callable[..., F], invariant: str, pending: Pending | None = None) -> None:
         self.kind, self.invariant = kind, invariant
         self.pending = pending or Pending()
-        self.waiting: list[Candidate] = []  # read again, the write of the record there without an outcome yet
+        self.waiting: list[tuple[Candidate, int]] = []  # read again, waiting since (the caller's clock)
 
     def hold(self, found: list[F], topic_id: str, view: Callable[[ViewKey], PartitionView]) -> list[F]:
         """Those of ``found`` of this invariant wait for a later read of their offset than the one
@@ -70,27 +69,28 @@ class FindingsToConfirm(Generic[F]):
         return rest
 
     def confirmed(self, view: Callable[[ViewKey], PartitionView],
-                  outcome_open: Callable[[ViewKey, Ident], bool] | None = None) -> list[F]:
+                  wait: Callable[[ViewKey, Ident, int], bool] | None = None, now: int = 0) -> list[F]:
         """The findings whose offset was read again, that still hold a record there — once
-        ``outcome_open(key, record)`` is False (the ledger gave the write of that record an
-        outcome); until then they wait, and are asked again at the next call."""
-        found, ready = [], self.pending.take_ready() + self.waiting
+        ``wait(key, record, since)`` is False (``since``: ``now`` when it was first asked); until
+        then they wait, and are asked again at the next call."""
+        found: list[F] = []
+        ready = [(c, now) for c in self.pending.take_ready()] + self.waiting
         self.waiting = []
-        for c in ready:
+        for c, since in ready:
             held = view(c.key).held(c.data.offset)
             if held is None:
                 continue
-            if outcome_open is not None and outcome_open(c.key, held):
-                self.waiting.append(c)
+            if wait is not None and wait(c.key, held, since):
+                self.waiting.append((c, since))
             else:
                 found.append(c.data)
         return found
 
     def unconfirmed(self, key: ViewKey, v: PartitionView, cut: int) -> list[F]:
         """Findings on offsets below ``cut``, which the view is about to forget: judged on what it holds."""
-        leaving = [c for c in self.waiting if c.key == key and c.data.offset < cut]
+        leaving = [c for c, _since in self.waiting if c.key == key and c.data.offset < cut]
         if leaving:
-            self.waiting = [c for c in self.waiting if c not in leaving]
+            self.waiting = [(c, since) for c, since in self.waiting if not (c.key == key and c.data.offset < cut)]
         return [c.data for c in self.pending.forget_below(key, cut) + leaving if v.held(c.data.offset) is not None]
 
     def drop(self, topic_id: str, partition: int, lo: int, hi: int) -> None:
@@ -100,19 +100,19 @@ class FindingsToConfirm(Generic[F]):
             return not (c.key.topic_id == topic_id and c.data.partition == partition and lo <= c.data.offset < hi)
 
         self.pending.items = [c for c in self.pending.items if kept(c)]
-        self.waiting = [c for c in self.waiting if kept(c)]
+        self.waiting = [(c, since) for c, since in self.waiting if kept(c)]
 
     def end_topic(self, topic_id: str, view: Callable[[ViewKey], PartitionView | None]) -> list[F]:
         """A topic ID that is gone (it cannot be read again): its findings judged on what the views hold."""
-        ending = [c for c in self.pending.items + self.waiting if c.key.topic_id == topic_id]
+        ending = [c for c in self.pending.items + [c for c, _since in self.waiting] if c.key.topic_id == topic_id]
         self.pending.items = [c for c in self.pending.items if c.key.topic_id != topic_id]
-        self.waiting = [c for c in self.waiting if c.key.topic_id != topic_id]
+        self.waiting = [(c, since) for c, since in self.waiting if c.key.topic_id != topic_id]
         return [c.data for c in ending if (v := view(c.key)) is not None and v.held(c.data.offset) is not None]
 
     def to_doc(self) -> list:
         """The findings still to read again, and those waiting (nothing more to read: restored as
-        ready, they are asked about their record's outcome again at the next confirmation)."""
-        return Pending(self.pending.items + self.waiting).to_doc(asdict)
+        ready, they start waiting again at the next confirmation)."""
+        return Pending(self.pending.items + [c for c, _since in self.waiting]).to_doc(asdict)
 
     @classmethod
     def from_doc(cls, kind: Callable[..., F], invariant: str, doc: list | None) -> "FindingsToConfirm[F]":

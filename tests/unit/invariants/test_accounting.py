@@ -1,5 +1,7 @@
 """accounting: outcome_gap, and how the ledger fold turns entries into events."""
 
+import json
+
 from invariants.accounting import (
     AckedRun, EntriesMissing, LedgerFold, TopicObserved, TopicReplaced, TopicRetired, TxnDecided, TxnWriteDecided,
     WriterClassified,
@@ -10,7 +12,7 @@ from invariants.ledger_format import (
 )
 from invariants.model import TxnKey, WriteKey
 from invariants.promises import UNKNOWN_CLASS
-from tests.unit.invariants.tiny import Story
+from tests.unit.invariants.tiny import INC, TID, WID, Story
 
 ONE, TWO = WriterRef("w", 9, 1), WriterRef("w", 9, 2)
 
@@ -102,3 +104,24 @@ def test_a_new_incarnation_settles_its_predecessor_and_ignores_what_it_writes_af
                       TxnDecided(tkey, TxnOutcome.INDETERMINATE)]
     late = fold.apply(entry(ONE, 1, Outcomes("T", (OutcomeRun(0, 0, 2, WriteOutcome.ACKED, 7, 1, 2),))))
     assert late == []  # the zombie's outcomes change nothing
+
+
+def test_a_writes_outcome_is_open_until_the_ledger_gives_it_one_or_none_can_come():
+    s = Story()
+    s.entry(Intent(TID, (WriteRange(0, 0, 3),)))
+    s.entry(Outcomes(TID, (OutcomeRun(0, 0, 1, WriteOutcome.ACKED, 0, 1, 2),)))
+    fold = LedgerFold()
+    fold.apply_all(s.entries)
+    assert not fold.outcome_open(WID, INC, TID, 0, 0)  # acknowledged
+    assert fold.outcome_open(WID, INC, TID, 0, 1)  # intended, no outcome yet
+    assert fold.outcome_open(WID, INC, TID, 0, 5)  # its intent not folded yet
+    assert fold.outcome_open(WID, INC + 1, TID, 0, 0)  # a next incarnation whose start is on its way
+    assert not fold.outcome_open(WID + 1, 1, TID, 0, 0)  # a writer this ledger never knew
+    fold = LedgerFold.from_doc(json.loads(json.dumps(fold.to_doc())))
+    assert fold.outcome_open(WID, INC, TID, 0, 1)
+    nxt = Story(writer=WriterRef("w", WID, INC + 1))
+    fold.apply_all(nxt.entries[:1])  # the next incarnation starts: the predecessor's writes indeterminate
+    assert not fold.outcome_open(WID, INC, TID, 0, 1) and fold.outcome_open(WID, INC + 1, TID, 0, 0)
+    stopped = LedgerFold()
+    stopped.apply_all(Story().entry(Intent(TID, (WriteRange(0, 0, 3),))).stop().entries)
+    assert not stopped.outcome_open(WID, INC, TID, 0, 1)

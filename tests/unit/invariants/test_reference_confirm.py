@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 import pytest
 
 from invariants.checker import Checker
-from invariants.ledger_format import Intent, OutcomeRun, Outcomes, WriteOutcome, WriteRange
+from invariants.ledger_format import (
+    Intent, LedgerEntry, OutcomeRun, Outcomes, Stop, WriteOutcome, WriteRange, WriterRef,
+)
 from invariants.model import RC, Read, Settings
 from monitor.group import observations
 from monitor.watch.batch import apply_batch
 from tests.unit.invariants.test_groups import Sim
-from tests.unit.invariants.tiny import TID, Story, rec
+from tests.unit.invariants.tiny import TID, WID, Story, rec
 from tests.unit.test_group_wiring import rows
 
 
@@ -93,11 +95,11 @@ def test_a_record_the_reader_handed_over_that_the_log_does_not_hold_is_never_a_s
     assert skips <= sim.true_skips  # (a re-read that finds the log changed judges older commits below it only)
 
 
-# -- waiting for the ledger: a skip on a record whose write has no outcome yet ----------------------
+# -- waiting for the ledger: read further, and the write of the record there given an outcome ---------
 
 
-def _group_checker() -> "Checker":
-    ck = Checker()
+def _group_checker(settings: Settings | None = None) -> "Checker":
+    ck = Checker(settings)
     ck.note_topic("canary", TID)
     ck.group_source = "canary"
     return ck
@@ -123,37 +125,68 @@ def _passed_offset_5(ck: "Checker", held: dict[int, tuple]) -> list:
     return found
 
 
+def _ledger_read_to(ck: "Checker", seconds: float) -> list:
+    """The ledger read further: an entry (of a writer of nothing) appended ``seconds`` after the
+    first; then what was counted."""
+    ck.apply_ledger([LedgerEntry(WriterRef("clock", 99, 1), 0, 1_000 + int(seconds * 1e6), Stop())])
+    return ck.settle()
+
+
 def _restarted(ck: "Checker") -> "Checker":
     ck = Checker.from_doc(json.loads(json.dumps(ck.to_doc())), ck.settings)
     ck.group_source = "canary"
     return ck
 
 
-@pytest.mark.parametrize("restart", [False, True])
-def test_a_skip_on_a_new_logs_record_waits_for_its_writes_outcome_and_a_rewrite_drops_it(restart):
-    """A node back without its data: the writer's acks of seqs 11..19 land at 2..10, below its old
-    acks at 0..10, and reach the checker a batch after the group passed offset 5 of the new log."""
+def _old_log_then_intents() -> tuple[Story, int]:
+    """One writer: seqs 0..10 acked at offsets 0..10, then intents for seqs 11..19; the index of
+    the entry that acknowledges those at 2..10, below the old ones (a node back without its data)."""
     s = Story()
     for seq in range(11):
         s.acked(seq, seq)
     s.entry(Intent(TID, (WriteRange(0, 11, 9),)))
-    first, outcomes = len(s.entries), s.entry(Outcomes(TID, (OutcomeRun(0, 11, 9, WriteOutcome.ACKED, 2, 1, 2),)))
-    ck = _group_checker()
-    ck.apply_ledger(s.entries[:first])  # intents folded, the outcome still on its way
-    held = {o: ("x", o, 1) for o in range(2)} | {o: rec(o + 9) for o in range(2, 11)}
-    found = _passed_offset_5(ck, held)
-    assert _skips(found) == [] and len(ck.group_skips.waiting) == 1  # re-read, waiting for the ledger
-    found += ck.settle()
-    if restart:
-        ck = _restarted(ck)
-    assert _skips(found) == [] and len(ck.group_skips.waiting) + len(ck.group_skips.pending.items) == 1
-    ck.apply_ledger(outcomes.entries[first:])  # the acks going back: offsets 2..10 reused
-    found += ck.settle()
-    assert _skips(found) == [] and not ck.group_skips.waiting and not ck.group_skips.pending.items
+    s.entry(Outcomes(TID, (OutcomeRun(0, 11, 9, WriteOutcome.ACKED, 2, 1, 2),)))
+    return s, len(s.entries) - 1
+
+
+NEW_LOG = {o: ("x", o, 1) for o in range(2)} | {o: rec(o + 9) for o in range(2, 11)}
 
 
 @pytest.mark.parametrize("restart", [False, True])
-def test_a_skip_whose_record_has_an_ordinary_outcome_is_counted_once_it_arrives(restart):
+def test_a_skip_on_a_new_logs_record_waits_for_its_writes_outcome_and_a_rewrite_drops_it(restart):
+    """A node back without its data: the writer's acks of seqs 11..19 land at 2..10, below its old
+    acks at 0..10, and reach the checker batches after the group passed offset 5 of the new log."""
+    s, last = _old_log_then_intents()
+    ck = _group_checker()
+    ck.apply_ledger(s.entries[:last])  # intents folded, the acknowledgement still on its way
+    found = _passed_offset_5(ck, NEW_LOG)
+    assert _skips(found) == [] and len(ck.group_skips.waiting) == 1  # re-read, waiting for the ledger
+    found += _ledger_read_to(ck, 10)  # read further, but the record's write has no outcome yet
+    if restart:
+        ck = _restarted(ck)
+    assert _skips(found) == [] and len(ck.group_skips.waiting) + len(ck.group_skips.pending.items) == 1
+    ck.apply_ledger(s.entries[last:])  # the acks going back: offsets 2..10 reused
+    found += ck.settle() + _ledger_read_to(ck, 60)
+    assert _skips(found) == [] and not ck.group_skips.waiting and not ck.group_skips.pending.items
+
+
+def test_another_writers_acks_going_back_within_the_grace_drop_a_skip_whose_own_record_is_acknowledged():
+    """Writer B's record at 5 is acknowledged (and not going back: B had nothing above 5); writer
+    A's acks showing 2..10 reused reach the checker a batch later, within the grace."""
+    a, last = _old_log_then_intents()
+    b = Story(writer=WriterRef("b", WID + 1, 1))
+    b.acked(0, 5)
+    ck = _group_checker()
+    ck.apply_ledger(a.entries[:last] + b.entries)
+    found = _passed_offset_5(ck, NEW_LOG | {5: rec(0, wid=WID + 1)})
+    assert _skips(found) == [] and len(ck.group_skips.waiting) == 1
+    ck.apply_ledger(a.entries[last:])
+    found += ck.settle() + _ledger_read_to(ck, 60)
+    assert _skips(found) == [] and not ck.group_skips.waiting
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_skip_whose_record_has_an_ordinary_outcome_is_counted_once_it_arrives_and_the_ledger_moved_on(restart):
     s = Story()
     for seq in range(11):
         s.entry(Intent(TID, (WriteRange(0, seq, 1),)))
@@ -162,31 +195,56 @@ def test_a_skip_whose_record_has_an_ordinary_outcome_is_counted_once_it_arrives(
     ck = _group_checker()
     ck.apply_ledger(s.entries[:first])
     found = _passed_offset_5(ck, {o: rec(o) for o in range(11)})
-    found += ck.settle()
-    assert _skips(found) == []
+    found += _ledger_read_to(ck, 10)
+    assert _skips(found) == []  # the ledger read further, the write still without an outcome
     if restart:
         ck = _restarted(ck)
     ck.apply_ledger(s.entries[first:])
-    found += ck.settle() + ck.settle()
+    found += ck.settle()
+    if restart:  # restored, it waits again from where the ledger stood
+        assert _skips(found) == []
+        found += _ledger_read_to(ck, 16)
     assert _skips(found) == [5]
 
 
-def test_a_skip_on_a_foreign_record_or_a_stopped_writers_waits_for_nothing():
-    assert _skips(_passed_offset_5(_group_checker(), {o: ("x", o, 1) for o in range(11)})) == [5]
+def test_a_skip_on_a_foreign_record_or_a_stopped_writers_waits_for_the_ledger_to_move_on_only_while_one_writes():
+    ck = _group_checker()
+    ck.apply_ledger(Story().entries)
+    assert _skips(_passed_offset_5(ck, {o: ("x", o, 1) for o in range(11)})) == []
+    assert _skips(_ledger_read_to(ck, 4)) == []
+    assert _skips(_ledger_read_to(ck, 6)) == [5]
     s = Story()
     s.entry(Intent(TID, (WriteRange(0, 0, 11),)))
     ck = _group_checker()
-    ck.apply_ledger(s.stop().entries)  # its pending writes are indeterminate: no outcome to come
+    ck.apply_ledger(s.stop().entries)  # the only writer stopped: nothing more will come
     assert _skips(_passed_offset_5(ck, {o: rec(o) for o in range(11)})) == [5]
+    other = Story(writer=WriterRef("b", WID + 1, 1))
+    ck = _group_checker()
+    ck.apply_ledger(s.entries + other.entries)  # another writer still writing: read further first
+    assert _skips(_passed_offset_5(ck, {o: rec(o) for o in range(11)})) == []
+    assert _skips(_ledger_read_to(ck, 6)) == [5]
+
+
+def test_a_skip_whose_records_outcome_never_comes_waits_at_most_the_longest_wait():
+    """The entry holding the outcome lost from the ledger (an outcome_gap), the writer carrying on."""
+    s = Story()
+    s.entry(Intent(TID, (WriteRange(0, 0, 11),)))
+    ck = _group_checker()
+    ck.apply_ledger(s.entries)
+    found = _passed_offset_5(ck, {o: rec(o) for o in range(11)}) + _ledger_read_to(ck, 29)
+    assert _skips(found) == [] and len(ck.group_skips.waiting) == 1
+    assert _skips(_ledger_read_to(ck, 31)) == [5]
 
 
 def test_a_waiting_skip_the_view_is_about_to_forget_is_judged_on_what_it_holds():
     s = Story()
     s.entry(Intent(TID, (WriteRange(0, 0, 11),)))
-    ck = Checker(Settings(horizon_offsets=20))
-    ck.note_topic("canary", TID)
-    ck.group_source = "canary"
+    ck = _group_checker(Settings(horizon_offsets=20))
     ck.apply_ledger(s.entries)
     assert _skips(_passed_offset_5(ck, {o: rec(o) for o in range(11)})) == []
     ck.apply_reads(RC, TID, 0, [Read(o, ("x", o, 1)) for o in range(11, 40)])
     assert _skips(ck.settle()) == [5]
+
+
+def test_without_a_ledger_read_nothing_waits():
+    assert _skips(_passed_offset_5(_group_checker(), {o: rec(o) for o in range(11)})) == [5]
