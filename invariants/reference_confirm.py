@@ -15,7 +15,10 @@ So live, such a finding is a candidate until ``read_committed`` read its offset 
 read than the one that made it). It is counted when a record is still there — whichever record:
 the audit judges the final log's record at that offset against the same consumption, which is by
 offset — and dropped when none is. A view about to forget the offset, the log start passing it, or
-the topic ending judge it on what the view holds then, as it would have without asking.
+the topic ending judge it on what the view holds then, as it would have without asking. A
+finding made on an offset the view has already forgotten (a group or pipeline lagging Vigil's
+reader by more than its horizon) is counted at once: found by a review, such a loss was dropped,
+the re-read finding nothing the view remembered, while the audit counted it.
 
 A ``group_skip`` also waits for the ledger (the checker's rule: ``wait``). The writers' ledger
 entries may arrive a batch or more after the records they acknowledge: found on the local
@@ -58,14 +61,19 @@ class FindingsToConfirm(Generic[F]):
 
     def hold(self, found: list[F], topic_id: str, view: Callable[[ViewKey], PartitionView]) -> list[F]:
         """Those of ``found`` of this invariant wait for a later read of their offset than the one
-        the view holds now; the others are returned."""
+        the view holds now; the others are returned, and so are those on an offset the view read
+        and no longer remembers (below its horizon: judged as a view about to forget judges, on what
+        was read, since no re-read can be compared with it; a reader's stale tail is at its frontier,
+        not 20,000 offsets below)."""
         rest = []
         for f in found:
-            if f.invariant != self.invariant:
+            key = ViewKey(RC, topic_id, f.partition)
+            v = view(key)
+            if f.invariant != self.invariant or (f.offset < min(v.forgotten_below, v.frontier)
+                                                 and not v.remembers(f.offset)):
                 rest.append(f)
                 continue
-            key = ViewKey(RC, topic_id, f.partition)
-            self.pending.add(key, [(f.offset, f.offset + 1)], view(key).epoch, f)
+            self.pending.add(key, [(f.offset, f.offset + 1)], v.epoch, f)
         return rest
 
     def confirmed(self, view: Callable[[ViewKey], PartitionView],

@@ -318,3 +318,25 @@ def test_the_checker_counts_them_and_a_recreated_topic_starts_a_new_pipeline():
     ck.note_topic(pipe.NAME, "tid-2")
     ck.apply_eos_output(0, [(0, (0, 5))], 1)
     assert ck.eos_topic_id == "tid-2" and ck.eos.copies == {0: {5: 1}}
+
+
+def test_a_loss_the_reader_read_long_before_the_pipeline_passed_it_is_counted_as_the_audit_counts_it():
+    """The worker lags Spark's read_committed reader by more than its horizon (a backlog at start,
+    a stalled worker): the source offset it skipped is no longer remembered when the loss is found,
+    so no re-read can confirm it — counted at once (found by a review: live 0, the audit 1)."""
+    n, lost = 30_000, 5_000
+    pipe = CheckerPipeline(horizon=20_000)
+    ck = pipe.checker
+    for lo in range(0, n, 1000):
+        pipe.read_source(0, range(lo, lo + 1000))
+        ck.apply_eos_output(0, [], 0)
+        ck.eos_committed({0: 0}, {0: 0})
+        pipe.settle()
+    out = [(i, (0, o)) for i, o in enumerate(o for o in range(n) if o != lost)]
+    ck.apply_eos_output(0, out, len(out))
+    ck.eos_committed({0: n}, {0: len(out)})
+    pipe.settle()
+    pipe.settle()
+    assert ck.view(RC, pipe.TID, 0).forgotten_below > lost
+    assert ck.count(Invariant.EOS_LOSS, RC) == 1
+    assert eos_verdict({0: range(n)}, {0: n}, {0: n}, [p for _o, p in out]).losses == ((0, lost),)
