@@ -153,6 +153,7 @@ def _write_cycles(res: AuditResult, rc_reads: dict[tuple[str, int], list[tuple]]
     their order on the first; a pair whose order on the second is the opposite is a cycle, counted
     once per pair of transactions (whichever partitions show it)."""
     first: dict[tuple[str, int], dict[TxnKey, int]] = defaultdict(dict)  # the lowest offset read per txn
+    headers: dict[TxnKey, tuple[int, set[int]]] = {}  # its size and the indexes read
     for (tid, p), recs in rc_reads.items():
         for rec in recs:
             off, ident, txn_id = rec[:3]
@@ -160,6 +161,12 @@ def _write_cycles(res: AuditResult, rc_reads: dict[tuple[str, int], list[tuple]]
                 key = TxnKey(ident[0], ident[1], txn_id)
                 mine = first[(tid, p)]
                 mine[key] = min(off, mine.get(key, off))
+                size, indexes = headers.setdefault(key, (rec[4] if len(rec) > 5 else 0, set()))
+                indexes.add(rec[5] if len(rec) > 5 else 0)
+    whole = {k for k, (size, indexes) in headers.items() if len(indexes) >= size}  # (no size: as good as whole)
+    for mine in first.values():  # a transaction read only in part has no known position (invariants.write_cycles)
+        for k in [k for k in mine if k not in whole]:
+            del mine[k]
     cycles: set[tuple[TxnKey, TxnKey]] = set()
     for (tid, p), (tid2, q) in itertools.combinations(sorted(first), 2):
         if tid != tid2:
