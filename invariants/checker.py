@@ -259,7 +259,8 @@ class Checker(TopicLifecycle):
     def _eos_judge(self) -> None:
         tid = self.eos_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
-        self._eos_violations(self.eos_losses.confirmed(self._view_of))
+        for about, f in self.eos_losses.confirmed(self._view_of):
+            self._eos_violations([f], about)  # (a loss held on a recreated topic's old ID: that ID's)
         self._eos_violations(self.eos_losses.hold(self.eos.judge(starts), tid, self._view_of))
 
     def _pending(self) -> tuple[Pending, ...]:
@@ -278,13 +279,15 @@ class Checker(TopicLifecycle):
             self._eos_pipeline(tid)
         return True
 
-    def _eos_violations(self, found: list[EosFinding]) -> None:
+    def _eos_violations(self, found: list[EosFinding], topic_id: str | None = None) -> None:
+        """``topic_id``: the source topic ID the findings are about (None: the pipeline's now)."""
+        tid = self.eos_topic_id if topic_id is None else topic_id
         for f in found:
             inv = Invariant.EOS_LOSS if f.invariant == "eos_loss" else Invariant.EOS_DUPLICATE
             detail = ("below the group's committed offset, no copy in the committed output" if f.copies == 0
                       else f"{f.copies} copies in the committed output")
-            promise = self._canary_promise(self.eos_topic_id)
-            self.sink.add(Violation(inv, RC, self.eos_topic_id, f.partition, (f.offset,), detail=detail,
+            promise = self._canary_promise(tid)
+            self.sink.add(Violation(inv, RC, tid, f.partition, (f.offset,), detail=detail,
                                     durability=promise.durability, reason=promise.reason))
 
     def _canary_promise(self, topic_id: str) -> Promise:
@@ -357,8 +360,8 @@ class Checker(TopicLifecycle):
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
         for p, lo, hi in self.groups.take_exempted():  # a rewrite's offsets: no skip held there is one
             self.group_skips.drop(tid, p, lo, hi)
-        self._group_violations(tid, self.group_skips.confirmed(self._view_of, self._ledger_behind,
-                                                                self.fold.clock_us))
+        for about, f in self.group_skips.confirmed(self._view_of, self._ledger_behind, self.fold.clock_us):
+            self._group_violations(about, [f])
         self._group_violations(tid, self.group_skips.hold(self.groups.judge(starts), tid, self._view_of))
 
     def _ledger_behind(self, key: ViewKey, record: Ident, since_us: int) -> bool:
@@ -526,7 +529,7 @@ class Checker(TopicLifecycle):
                     key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
                 self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
                 self._group_violations(key.topic_id, self.group_skips.unconfirmed(key, v, cut))
-                self._eos_violations(self.eos_losses.unconfirmed(key, v, cut))
+                self._eos_violations(self.eos_losses.unconfirmed(key, v, cut), key.topic_id)
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)
             self.sequence.forget(key, v)

@@ -77,11 +77,11 @@ class FindingsToConfirm(Generic[F]):
         return rest
 
     def confirmed(self, view: Callable[[ViewKey], PartitionView],
-                  wait: Callable[[ViewKey, Ident, int], bool] | None = None, now: int = 0) -> list[F]:
-        """The findings whose offset was read again, that still hold a record there — once
-        ``wait(key, record, since)`` is False (``since``: ``now`` when it was first asked); until
-        then they wait, and are asked again at the next call."""
-        found: list[F] = []
+                  wait: Callable[[ViewKey, Ident, int], bool] | None = None, now: int = 0) -> list[tuple[str, F]]:
+        """The findings whose offset was read again, that still hold a record there, with the topic
+        ID they are about — once ``wait(key, record, since)`` is False (``since``: ``now`` when it
+        was first asked); until then they wait, and are asked again at the next call."""
+        found: list[tuple[str, F]] = []
         ready = [(c, now) for c in self.pending.take_ready()] + self.waiting
         self.waiting = []
         for c, since in ready:
@@ -91,7 +91,7 @@ class FindingsToConfirm(Generic[F]):
             if wait is not None and wait(c.key, held, since):
                 self.waiting.append((c, since))
             else:
-                found.append(c.data)
+                found.append((c.key.topic_id, c.data))
         return found
 
     def unconfirmed(self, key: ViewKey, v: PartitionView, cut: int) -> list[F]:

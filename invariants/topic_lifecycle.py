@@ -59,7 +59,7 @@ class TopicLifecycle:
             self.sink.extend(self.acked.end_topic(tid, lambda p, t=tid: self.recorded_log_start.get((t, p), 0),
                                                   reason))
             self._group_violations(tid, self.group_skips.end_topic(tid, self.views.get))
-            self._eos_violations(self.eos_losses.end_topic(tid, self.views.get))
+            self._eos_violations(self.eos_losses.end_topic(tid, self.views.get), tid)
             for key in [k for k in self.views if k.topic_id == tid]:
                 del self.views[key]
                 self._dirty.discard(key)

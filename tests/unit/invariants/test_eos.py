@@ -340,3 +340,18 @@ def test_a_loss_the_reader_read_long_before_the_pipeline_passed_it_is_counted_as
     assert ck.view(RC, pipe.TID, 0).forgotten_below > lost
     assert ck.count(Invariant.EOS_LOSS, RC) == 1
     assert eos_verdict({0: range(n)}, {0: n}, {0: n}, [p for _o, p in out]).losses == ((0, lost),)
+
+
+def test_a_loss_held_on_a_recreated_topics_old_id_is_counted_under_that_id():
+    """Found by a review: counted at the old ID's end, it was labelled with the new ID."""
+    pipe = CheckerPipeline()
+    ck = pipe.checker
+    pipe.read_source(0, [0, 1])
+    ck.apply_eos_output(0, [(0, (0, 0))], 1)
+    ck.eos_committed({0: 2}, {0: 1})
+    assert ck.settle() == [] and len(ck.eos_losses.pending.items) == 1  # (0, 1) waits for its re-read
+    ck.note_topic(pipe.NAME, "tid-2")  # recreated: the pipeline follows the new ID
+    ck.apply_eos_output(0, [], 1)
+    ck.begin_batch()
+    ck.begin_batch()
+    assert [(v.invariant, v.topic_id, v.offsets) for v in ck.settle()] == [(Invariant.EOS_LOSS, pipe.TID, (1,))]
