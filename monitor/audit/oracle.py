@@ -133,8 +133,8 @@ def audit(ledger_entries: Iterable[LedgerEntry], reads: Reads, settle: int,
     _inconsistent(res, book, at)
     _acked_writes(res, book, at, where, settle, log_start, book.gone(topic_ids_now), seen_from)
     _unconfirmed(res, book, where, settle)
-    _transactions(res, book, reads, at, log_start, seen_from)
-    _write_cycles(res, reads.get(RC, {}))
+    headers = _transactions(res, book, reads, at, log_start, seen_from)
+    _write_cycles(res, reads.get(RC, {}), headers)
     res.writers_joined_mid_stream = sum(1 for w in book.writers.values() if w.watched and w.joined_mid_stream)
     return res
 
@@ -148,25 +148,23 @@ def _seen_from(at: dict, read_log_start: dict[Isolation, dict[tuple[str, int], i
                   for part, offs in at[iso].items() if offs} for iso in (RC, RU)}
 
 
-def _write_cycles(res: AuditResult, rc_reads: dict[tuple[str, int], list[tuple]]) -> None:
+def _write_cycles(res: AuditResult, rc_reads: dict[tuple[str, int], list[tuple]],
+                  headers: dict[TxnKey, tuple[int, set[int]]]) -> None:
     """``g0_write_cycle``: per pair of partitions of a topic, the transactions read on both, in
     their order on the first; a pair whose order on the second is the opposite is a cycle, counted
-    once per pair of transactions (whichever partitions show it)."""
+    once per pair of transactions (whichever partitions show it). Only transactions read whole
+    (``headers``: read_committed's size and indexes seen; none: as good as whole) have known
+    positions (invariants.write_cycles)."""
     first: dict[tuple[str, int], dict[TxnKey, int]] = defaultdict(dict)  # the lowest offset read per txn
-    headers: dict[TxnKey, tuple[int, set[int]]] = {}  # its size and the indexes read
     for (tid, p), recs in rc_reads.items():
         for rec in recs:
             off, ident, txn_id = rec[:3]
             if txn_id and ident[0] != "x" and not (len(rec) > 3 and rec[3]):
                 key = TxnKey(ident[0], ident[1], txn_id)
-                mine = first[(tid, p)]
-                mine[key] = min(off, mine.get(key, off))
-                size, indexes = headers.setdefault(key, (rec[4] if len(rec) > 5 else 0, set()))
-                indexes.add(rec[5] if len(rec) > 5 else 0)
-    whole = {k for k, (size, indexes) in headers.items() if len(indexes) >= size}  # (no size: as good as whole)
-    for mine in first.values():  # a transaction read only in part has no known position (invariants.write_cycles)
-        for k in [k for k in mine if k not in whole]:
-            del mine[k]
+                size, indexes = headers.get(key, (0, ()))
+                if len(indexes) >= size:
+                    mine = first[(tid, p)]
+                    mine[key] = min(off, mine.get(key, off))
     cycles: set[tuple[TxnKey, TxnKey]] = set()
     for (tid, p), (tid2, q) in itertools.combinations(sorted(first), 2):
         if tid != tid2:
@@ -332,7 +330,8 @@ def _unconfirmed(res: AuditResult, book: LedgerBook, where: dict, settle: int) -
 
 def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
                   log_start: dict[tuple[str, int], int], seen_from: dict[Isolation, dict[tuple[str, int], int]]
-                  ) -> None:
+                  ) -> dict[TxnKey, tuple[int, set[int]]]:
+    """Judges transactions; returns read_committed's headers per transaction (size, indexes seen)."""
     rc_seen: dict[TxnKey, dict[WriteKey, int]] = defaultdict(dict)
     ru_seen: dict[TxnKey, set[WriteKey]] = defaultdict(set)
     meant_to_abort: set[TxnKey] = set()  # a record of it carried the header's intended-abort flag
@@ -385,6 +384,7 @@ def _transactions(res: AuditResult, book: LedgerBook, reads: Reads, at: dict,
         if 0 < visible < len(txn.writes):
             res.add(Invariant.PARTIAL_TXN, RC, promise=txn.cls.txn, txn=tuple(key), visible=visible,
                     intended=len(txn.writes))
+    return headers
 
 
 def _torn_by_headers(res: AuditResult, book: LedgerBook, rc_reads: dict[tuple[str, int], list[tuple]],
