@@ -61,7 +61,7 @@ from invariants.topic_lifecycle import TopicLifecycle
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
 from invariants.unconfirmed import UnconfirmedFamily
-from invariants.eos import EosFinding, EosLive
+from invariants.eos import Copy, EosFinding, EosLive
 from invariants.reference_confirm import FindingsToConfirm
 from invariants.groups import (
     GroupFinding, GroupJudge, acks_in_order, reused_by_rewrite, rewrite_began,
@@ -295,10 +295,11 @@ class Checker(TopicLifecycle):
         latest observed settings (:mod:`invariants.promises`)."""
         return read_record(self.topic_settings.get(topic_id))
 
-    def apply_eos_output(self, partition: int, records: Sequence[tuple[int, tuple[int, int]]],
+    def apply_eos_output(self, partition: int, records: Sequence[tuple[int, Copy]],
                          reader_at: int | None = None) -> None:
         """Output records of the EOS pipeline read with read_committed on output ``partition``, as
-        (output offset, source position); ``reader_at``: the reader's position there after them."""
+        (output offset, source position and the source record's identity: :data:`invariants.eos.Copy`);
+        ``reader_at``: the reader's position there after them."""
         if self._eos_current():
             self._eos_violations(self.eos.read_output(partition, records, reader_at))
 

@@ -17,9 +17,24 @@ the commit markers reach the group's offsets and each output partition one by on
 judged only below what its reader read. Live, a loss counts only once that reader read its source
 offset again and found a record there (:mod:`invariants.reference_confirm`).
 
-**``eos_duplicate``.** A source position with more than one copy in the committed output (after
+**``eos_duplicate``.** A source record with more than one copy in the committed output (after
 an abort or a restart the worker consumes again from the committed offsets, so it writes a record
-again; only one of the copies may commit). Counted once per source position.
+again; only one of the copies may commit). Counted once per source record. A copy names the
+record it was made of — its position and the canary header it copied, ``(writer_id, incarnation,
+seq)`` — and copies of two records at one position are not a duplicate: a rewritten source log (a
+node back without its data, an unclean election, a topic recreated under the same group and
+output) reuses offsets for other records, and a pipeline whose committed offset the new log no
+longer reaches starts again at its start (``auto.offset.reset=earliest``) and copies the new
+records there (found on the local cluster: a partition wiped under the worker made 1,265 false
+duplicates, live and in the audit, while positions alone were compared). A copy that names no
+canary record (the source held a foreign one) is matched by its position alone. A record that
+survived the rewrite below it is copied again after such a reset: that one is a duplicate, as it
+is for any reset that moves a group back.
+
+A copy of any record at a position is that position's copy for ``eos_loss``: where a rewrite
+reused the offset, the pipeline passed it on the old log (its committed offset was past it), and
+the new log's record there was never its to consume — that loss is the canary's (``lost_write``
+and the acknowledged-write checks), not the pipeline's broken promise.
 
 Both are ``broken``: no configuration allows them. A record a reader of the source never read
 (deleted by retention before it was read, a torn log) is not judged.
@@ -39,9 +54,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
-from invariants.doc_runs import offset_runs
+from invariants.doc_runs import offset_runs, pack_runs, unpack_runs
+from invariants.model import Ident
 
 AFTER_ABORT_CLASSES = ("advance", "rewind", "rewind_further", "other")
 
@@ -61,30 +77,43 @@ def classify_after_abort(before: int, end: int, after: int, committed: int = -1)
     return "other"
 
 
+Copy = Sequence  # (source partition, source offset[, the source record's identity, None when unknown])
+
+
+def named_copy(copy: Copy) -> tuple[int, int, Ident | None]:
+    """A copy as (source partition, source offset, the record's identity or None)."""
+    return (int(copy[0]), int(copy[1]), tuple(copy[2]) if len(copy) > 2 and copy[2] is not None else None)
+
+
 @dataclass(frozen=True)
 class EosVerdict:
     losses: tuple[tuple[int, int], ...] = ()  # (partition, offset) of the source, ascending
-    duplicates: tuple[tuple[int, int, int], ...] = ()  # (partition, offset, copies), ascending
+    duplicates: tuple[tuple[int, int, int], ...] = ()  # (partition, offset, copies), ascending; one per record
     judged: Mapping[int, int] = field(default_factory=dict)  # partition -> source offsets judged below
+    # source positions whose copies name more than one record: a rewritten source log reused them
+    reused_positions: int = 0
 
 
 def eos_verdict(source: Mapping[int, Iterable[int]], read_to: Mapping[int, int], committed: Mapping[int, int],
-                output: Iterable[tuple[int, int]], judge_from: Mapping[int, int] | None = None) -> EosVerdict:
+                output: Iterable[Copy], judge_from: Mapping[int, int] | None = None) -> EosVerdict:
     """The verdict on one pipeline.
 
     ``source``: per partition, the offsets a ``read_committed`` reader of the source read, whole
     below ``read_to[p]``. ``committed``: the group's committed offsets, taken *before* ``output``
-    (the source positions of every committed output record) was read past the output's high
-    watermarks. ``judge_from``: per partition, where judging starts (an output whose retention
-    removed the oldest copies: the lowest source offset a surviving copy names).
+    (every committed output record's :data:`Copy`) was read past the output's high watermarks.
+    ``judge_from``: per partition, where judging starts (an output whose retention removed the
+    oldest copies: the lowest source offset a surviving copy names).
     """
-    copies = Counter(output)
+    copies = Counter(named_copy(c) for c in output)
+    positions = {(p, o) for p, o, _ident in copies}
     start = judge_from or {}
     judged = {p: min(c, read_to.get(p, 0)) for p, c in committed.items()}
     losses = sorted((p, o) for p, offsets in source.items() for o in offsets
-                    if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in copies)
-    duplicates = sorted((p, o, n) for (p, o), n in copies.items() if n > 1)
-    return EosVerdict(tuple(losses), tuple(duplicates), judged)
+                    if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in positions)
+    duplicates = sorted((p, o, n) for (p, o, _ident), n in copies.items() if n > 1)
+    named = Counter((p, o) for p, o, _ident in copies)  # records named per position
+    reused = sum(1 for n in named.values() if n > 1)
+    return EosVerdict(tuple(losses), tuple(duplicates), judged, reused)
 
 
 @dataclass(frozen=True)
@@ -102,8 +131,8 @@ class EosLive:
     - ``read_source(p, offsets)``: what ``read_committed`` read of source partition p, in order;
       everything below the last offset read + 1 has been read.
     - ``read_output(q, records, reader_at)``: output records read on output partition q, as
-      (output offset, source position), and the output reader's position after them (Spark's end
-      offset of the batch: past control records too); a second copy of a position is
+      (output offset, :data:`Copy`), and the output reader's position after them (Spark's end
+      offset of the batch: past control records too); a second copy of a record is
       ``eos_duplicate`` at once; records below a position already reached are not counted again.
     - ``committed(offsets, output_ends)``: a sample of the group's committed offsets, and the
       output's high watermarks taken *after* it (not its last stable offsets: see above). Once the output reader is at or past every one of those
@@ -125,7 +154,9 @@ class EosLive:
         self.horizon = horizon
         self.unjudged: dict[int, set[int]] = {}  # source p -> offsets read, not judged yet
         self.read_to: dict[int, int] = {}  # source p -> last offset read + 1
-        self.copies: dict[int, dict[int, int]] = {}  # source p -> offset -> copies seen in the output
+        self.copies: dict[int, dict[int, Ident | None]] = {}  # source p -> offset -> the first copy's record
+        # (source p, offset) -> copies per record, at positions with more than one copy
+        self.more: dict[tuple[int, int], dict[Ident | None, int]] = {}
         self.judged_to: dict[int, int] = {}  # source p -> offsets below are judged
         self.output_at: dict[int, int] = {}  # output q -> reader position
         self.samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, output ends), oldest first
@@ -144,19 +175,24 @@ class EosLive:
                 pending.difference_update([o for o in pending if o < cut])
                 self.judged_to[partition] = max(self.judged_to.get(partition, 0), cut)
 
-    def read_output(self, partition: int, records: Iterable[tuple[int, tuple[int, int]]],
+    def read_output(self, partition: int, records: Iterable[tuple[int, Copy]],
                     reader_at: int | None = None) -> list[EosFinding]:
         found = []
         below = self.output_at.get(partition, 0)
-        for out_offset, (p, o) in records:
+        for out_offset, copy in records:
             if out_offset < below:
                 continue  # read before (a batch read again): counted once
+            p, o, ident = named_copy(copy)
             seen = self.copies.setdefault(p, {})
-            seen[o] = seen.get(o, 0) + 1
             self.lowest_copy[p] = min(self.lowest_copy.get(p, o), o)
-            if seen[o] == 2:
-                found.append(EosFinding("eos_duplicate", p, o, 2))
             below = max(below, out_offset + 1)
+            if o not in seen:
+                seen[o] = ident
+                continue
+            counts = self.more.setdefault((p, o), {seen[o]: 1})
+            counts[ident] = counts.get(ident, 0) + 1
+            if counts[ident] == 2:
+                found.append(EosFinding("eos_duplicate", p, o, 2))
         self.output_at[partition] = max(below, reader_at or 0)
         return found
 
@@ -192,20 +228,25 @@ class EosLive:
                 floor = max(floor, self.lowest_copy.get(p, limit))
             for o in sorted(x for x in pending if x < limit):
                 pending.discard(o)
-                if o >= floor and not seen.get(o):
+                if o >= floor and o not in seen:
                     found.append(EosFinding("eos_loss", p, o, 0))
             self.judged_to[p] = limit
             for o in [o for o in seen if o < limit - self.horizon]:
                 del seen[o]
+                self.more.pop((p, o), None)
         return found
 
     def to_doc(self) -> dict:
         return {"horizon": self.horizon,
                 "unjudged": {str(p): offset_runs(s) for p, s in self.unjudged.items() if s},
                 "read_to": {str(p): v for p, v in self.read_to.items()},
-                # most positions have one copy, at consecutive offsets: runs; the others by offset
-                "copies": {str(p): {"once": offset_runs(o for o, n in m.items() if n == 1),
-                                    "more": [[o, n] for o, n in sorted(m.items()) if n != 1]}
+                # most positions have one copy of a canary record, one writer's at consecutive
+                # offsets: runs (doc_runs); copies naming no record by offset runs; the others by offset
+                "copies": {str(p): {"named": pack_runs((*i, o) for o, i in m.items()
+                                                       if i is not None and (p, o) not in self.more),
+                                    "once": offset_runs(o for o, i in m.items() if i is None and (p, o) not in self.more),
+                                    "more": [[o, [[None if i is None else list(i), n] for i, n in self.more[(p, o)].items()]]
+                                             for o in sorted(m) if (p, o) in self.more]}
                            for p, m in self.copies.items() if m},
                 "judged_to": {str(p): v for p, v in self.judged_to.items()},
                 "lowest_copy": {str(p): v for p, v in self.lowest_copy.items()},
@@ -220,10 +261,18 @@ class EosLive:
         live.unjudged = {int(p): {first + i for first, n in runs for i in range(n)}
                          for p, runs in doc.get("unjudged", {}).items()}
         live.read_to = {int(p): int(v) for p, v in doc.get("read_to", {}).items()}
-        live.copies = {}
-        for p, saved in doc.get("copies", {}).items():
-            m = live.copies[int(p)] = {first + i: 1 for first, count in saved["once"] for i in range(count)}
-            m.update({int(o): int(n) for o, n in saved["more"]})
+        live.copies, live.more = {}, {}
+        for key, saved in doc.get("copies", {}).items():
+            p = int(key)
+            m = live.copies[p] = {first + i: None for first, count in saved["once"] for i in range(count)}
+            m.update({o: (w, inc, seq) for w, inc, seq, o in unpack_runs(saved.get("named", []))})
+            for o, counts in saved["more"]:
+                if not isinstance(counts, list):  # saved before copies named their record: by position
+                    counts = [[None, counts]]
+                named = {None if i is None else tuple(i): int(n) for i, n in counts}
+                m[int(o)] = next(iter(named))
+                if sum(named.values()) > 1:
+                    live.more[(p, int(o))] = named
         live.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
         live.lowest_copy = {int(p): int(v) for p, v in doc.get("lowest_copy", {}).items()}
         live.trimmed = {int(q) for q in doc.get("trimmed", [])}

@@ -108,7 +108,9 @@ def audit_cmd(
 
     Reads the group's committed offsets, then the output topic (read_committed) to its end, then
     the canary topic (read_committed): a record below the committed offset without a copy in the
-    output is eos_loss; a record with more than one copy is eos_duplicate.
+    output is eos_loss; a record with more than one copy is eos_duplicate (copies are matched to the
+    record they name, so a rewritten source log's new record at an old offset is not the old one's
+    copy: `reused_positions` counts the positions whose copies name more than one record).
     """
     cfg = load_config(config)
     result = audit(cfg, cfg.canary.name, cfg.eos.output_topic, cfg.eos.group)
@@ -117,7 +119,7 @@ def audit_cmd(
            "losses": [list(x) for x in v.losses[:100]], "duplicates": [list(x) for x in v.duplicates[:100]],
            "committed": result.committed, "output_records": result.output_records,
            "malformed_output": result.malformed_output, "drill_copies": result.drill_copies,
-           "source_records": result.source_records,
+           "source_records": result.source_records, "reused_positions": v.reused_positions,
            "judged_records": result.judged_records}
     if as_json:
         print_json(out)

@@ -59,19 +59,19 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
             raise AuditReadError(f"EOS audit: topic {name!r} does not exist or could not be described")
     n_src, n_out = infos[source_topic].partitions, infos[output_topic].partitions
     committed = committed_offsets(cfg, group, source_topic, n_src)
-    output: list[tuple[int, int]] = []
+    output: list[tuple] = []  # (source partition, source offset, the source record's identity or None)
     malformed = drill_copies = 0
     lowest: dict[int, int] = {}  # source partition -> lowest source offset a copy names
 
     def on_output(msg: Any) -> None:
         nonlocal malformed, drill_copies
-        position = output_format.decode(msg.value())
-        if position is None:
+        copy = output_format.decode_copy(msg.value())
+        if copy is None:
             malformed += 1
             return
-        output.append(position)
+        output.append(copy)
         drill_copies += output_format.is_drill_copy(msg.value())
-        lowest[position[0]] = min(lowest.get(position[0], position[1]), position[1])
+        lowest[copy[0]] = min(lowest.get(copy[0], copy[1]), copy[1])
 
     # high watermarks: librdkafka lists offsets at the client's isolation level (read_committed: the LSO)
     hw = clients.consumer(cfg, "read_uncommitted", group="vigil-audit")

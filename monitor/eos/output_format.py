@@ -8,17 +8,22 @@
     8      8    source offset
     16     ≤48  the source value's first 48 bytes (its canary header, when it is one)
 
-``decode`` never raises: anything else is ``None``, for the caller to count.
+``decode`` never raises: anything else is ``None``, for the caller to count. The copied header
+names the source record (:func:`decode_copy`): a copy is matched to the record it was made of, not
+only to its position, which a rewritten source log reuses for other records.
 """
 
 from __future__ import annotations
 
 import struct
 
+from monitor import record_format
+
 MAGIC = b"VE"
 VERSION = 1
 HEAD = struct.Struct(">2sBBiq")
 FLAG_DRILL_COPY = 0x01
+SOURCE_NAME = struct.Struct(">2sBBQIQ")  # the canary header's magic, version, flags, writer_id, incarnation, seq
 
 
 def decode(value: bytes | None) -> tuple[int, int] | None:
@@ -29,6 +34,24 @@ def decode(value: bytes | None) -> tuple[int, int] | None:
     if magic != MAGIC or version != VERSION or partition < 0 or offset < 0:
         return None
     return partition, offset
+
+
+def decode_copy(value: bytes | None) -> tuple[int, int, tuple | None] | None:
+    """The source position an output record names and the source record's identity, ``(writer_id,
+    incarnation, seq)`` as a reader of the source names it (:class:`invariants.model.Read`), when the
+    copied bytes begin with a canary header; ``None`` in its place when they do not (a foreign record:
+    its identity is a digest of its whole value, of which the copy keeps 48 bytes). None if not an
+    output record at all."""
+    position = decode(value)
+    if position is None:
+        return None
+    assert value is not None
+    ident = None
+    if len(value) >= HEAD.size + record_format.HEADER_SIZE:
+        magic, version, _flags, writer_id, incarnation, seq = SOURCE_NAME.unpack_from(value, HEAD.size)
+        if magic == record_format.MAGIC and version == record_format.VERSION:
+            ident = (writer_id, incarnation, seq)
+    return (*position, ident)
 
 
 def is_drill_copy(value: bytes | None) -> bool:

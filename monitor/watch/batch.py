@@ -90,16 +90,16 @@ class EosInput:
 
 def _apply_eos(checker: Checker, table: pa.Table, eos: EosInput, stats: BatchStats) -> None:
     out = table.filter(pc.equal(table.column("src"), SRC_EOS_OUTPUT))
-    by_partition: dict[int, list[tuple[int, tuple[int, int]]]] = {}
+    by_partition: dict[int, list[tuple[int, tuple]]] = {}
     if out.num_rows:
         out = out.sort_by([("partition", "ascending"), ("offset", "ascending")])
         for q, off, value in zip(out.column("partition").to_pylist(), out.column("offset").to_pylist(),
                                  out.column("value").to_pylist()):
-            position = output_format.decode(value)
-            if position is None:
+            copy = output_format.decode_copy(value)
+            if copy is None:
                 stats.malformed["eos_output"] += 1
             else:
-                by_partition.setdefault(q, []).append((off, position))
+                by_partition.setdefault(q, []).append((off, copy))
     for q in sorted(set(by_partition) | set(eos.positions)):
         checker.apply_eos_output(q, by_partition.get(q, []), eos.positions.get(q))
     if eos.sample is not None:
