@@ -42,12 +42,17 @@ Both are ``broken``: no configuration allows them. A record a reader of the sour
 **After an abort.** Jepsen asked where a consumer resumes after its transaction is aborted
 (KAFKA-17582). The worker reports, per partition of an aborted transaction, its position
 ``before`` the transaction's poll, its position at the ``end`` of that poll, the group's
-``committed`` offset, its position right ``after`` ``abortTransaction``, and where it
-``resumed``: the first offset its next poll returned (a rebalance in that poll may have moved it),
-before it seeks back to the committed offset as an exactly-once application must;
-:func:`classify_after_abort` names where it resumed: ``advance`` (at the end: the aborted records
-are skipped unless the application seeks), ``rewind`` (back where the transaction began: its
-position then, or the committed offset), ``rewind_further`` (below both) or ``other``.
+``committed`` offset, its position right ``after`` ``abortTransaction``, the offsets of the
+aborted poll's ``first`` and ``last`` records, and where it ``resumed``: the first record its next
+poll returned (a rebalance in that poll may have moved it), before it seeks back to the committed
+offset as an exactly-once application must. :func:`classify_resumed` names where it resumed by
+records: ``advance`` (past the aborted records: they are skipped unless the application seeks),
+``rewind`` (at the transaction's first record again), ``rewind_further`` (below it: records
+already committed) or ``other`` (inside them). Records, not positions: a position also passes
+the control records and aborted records that ``read_committed`` skips, so the next poll's first
+record after a plain advance can stand past the position (transaction markers, another writer's
+aborted records between), and a position where a transaction began may be a marker's. When the
+next poll returned nothing there, only positions are known: :func:`classify_after_abort`.
 """
 
 from __future__ import annotations
@@ -62,8 +67,24 @@ from invariants.model import Ident
 AFTER_ABORT_CLASSES = ("advance", "rewind", "rewind_further", "other")
 
 
+def classify_resumed(first: int, last: int, resumed: int) -> str:
+    """Where a consumer resumed after its transaction was aborted, by records: the aborted poll
+    returned records ``first`` to ``last`` on the partition, the next poll's first record there
+    is ``resumed``. A consumer fetches from its position; records between a position and the next
+    record returned are ones ``read_committed`` does not return, so: past ``last`` is
+    ``advance``, ``first`` is ``rewind`` (from its position before the poll or the committed
+    offset: nothing it could return lay between those and ``first``), below ``first`` is
+    ``rewind_further``, in between ``other``."""
+    if resumed > last:
+        return "advance"
+    if resumed == first:
+        return "rewind"
+    return "rewind_further" if resumed < first else "other"
+
+
 def classify_after_abort(before: int, end: int, after: int, committed: int = -1) -> str:
     """Where a consumer stands after its transaction was aborted, relative to that transaction:
+    by positions (when its next poll returned no record there; else :func:`classify_resumed`):
     its position was ``before`` when the transaction's poll began and ``end`` after it (``before <
     end``); the group's committed offset was ``committed`` (-1: none). A committed offset can be
     below ``before``: it names the record after the last one consumed, while the position also

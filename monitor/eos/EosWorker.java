@@ -10,12 +10,16 @@
 //
 // What it saw goes to stdout, one JSON object per line (monitor/eos/worker.py reads it):
 //   {"event":"started", ...}  {"event":"assigned"|"revoked","partitions":[...]}
-//   {"event":"abort","partition":p,"before":b,"end":e,"after":a,"resumed":r,"committed":c,"records":n}
+//   {"event":"abort","partition":p,"before":b,"end":e,"after":a,"resumed":r,"resumed_record":true|false,
+//    "committed":c,"first":f,"last":l,"records":n}
 //   (before: its position when the transaction's poll began, or the committed offset for a
 //   partition assigned in that poll; end: its position after that poll; after: its position right
-//   after abortTransaction; resumed: where the next poll resumed; committed: the group's offset)
+//   after abortTransaction; resumed: the first record's offset the next poll returned there
+//   (resumed_record true), else its position after that poll; committed: the group's offset;
+//   first, last: the offsets of the aborted poll's first and last records there)
 //   {"event":"drill","kind":...} (once applied and committed)  {"event":"progress",...}
-//   {"event":"closing"} (the loop ended)  {"event":"closed","ms":t} (close() returned after t ms)
+//   {"event":"closing"} (the loop ended)  {"event":"closed_call","call":"producer"|"consumer","ms":t}
+//   (that client's close() returned after t ms)  {"event":"closed","ms":t} (both, after t ms)
 // Diagnostics go to stderr. The end of stdin stops it as SIGTERM does. Drills are files next to `control` (control + ".eos_loss" / ".eos_duplicate"):
 // eos_loss leaves the position where the aborted transaction ended (no rewind: the aborted
 // records are never written), eos_duplicate writes the first record of the next transaction twice.
@@ -37,6 +41,7 @@ import java.util.Arrays;
 import java.util.Collection;
 import java.util.Collections;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -182,11 +187,14 @@ public final class EosWorker {
             } catch (Exception e) {
                 System.err.println("EosWorker: producer close: " + e);
             }
+            emit("{\"event\":\"closed_call\",\"call\":\"producer\",\"ms\":" + (System.nanoTime() - t0) / 1_000_000 + "}");
+            long t1 = System.nanoTime();
             try {
                 consumer.close(Duration.ofSeconds(30));
             } catch (Exception e) {
                 System.err.println("EosWorker: consumer close: " + e);
             }
+            emit("{\"event\":\"closed_call\",\"call\":\"consumer\",\"ms\":" + (System.nanoTime() - t1) / 1_000_000 + "}");
             emit("{\"event\":\"closed\",\"ms\":" + (System.nanoTime() - t0) / 1_000_000 + "}");
             done.countDown();
         }
@@ -300,6 +308,7 @@ public final class EosWorker {
             Set<TopicPartition> parts = batch.partitions();
             Map<TopicPartition, Long> after = new HashMap<>();
             Map<TopicPartition, Long> resumed = new HashMap<>();
+            Set<TopicPartition> resumedAtRecord = new HashSet<>();  // resumed: a record's offset, not a position
             if (abort) {
                 for (TopicPartition tp : parts) {
                     after.put(tp, consumer.position(tp));
@@ -310,6 +319,7 @@ public final class EosWorker {
                 for (TopicPartition tp : peek.partitions()) {
                     long first = peek.records(tp).get(0).offset();
                     resumed.put(tp, first);
+                    resumedAtRecord.add(tp);
                     if (owned.contains(tp)) {
                         consumer.seek(tp, first);
                     }
@@ -337,8 +347,9 @@ public final class EosWorker {
                 if (abort) {
                     emit("{\"event\":\"abort\",\"partition\":" + tp.partition() + ",\"before\":" + began
                          + ",\"end\":" + polledTo.get(tp) + ",\"after\":" + after.get(tp) + ",\"resumed\":"
-                         + resumed.getOrDefault(tp, -1L) + ",\"committed\":" + (c == null ? -1 : c.offset())
-                         + ",\"records\":" + rs.size() + "}");
+                         + resumed.getOrDefault(tp, -1L) + ",\"resumed_record\":" + resumedAtRecord.contains(tp)
+                         + ",\"committed\":" + (c == null ? -1 : c.offset()) + ",\"first\":" + rs.get(0).offset()
+                         + ",\"last\":" + rs.get(rs.size() - 1).offset() + ",\"records\":" + rs.size() + "}");
                 }
                 if (skip) {
                     skipEvents.add("{\"event\":\"drill\",\"kind\":\"eos_loss\",\"partition\":" + tp.partition()

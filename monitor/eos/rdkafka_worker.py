@@ -15,9 +15,10 @@ resumed the same way; a fatal error (the transactional id fenced by a newer inst
 worker with status 3, anything else unexpected with 4.
 
 Events: ``started``, ``assigned`` / ``revoked`` (partitions), ``abort`` (partition, before, end,
-after, resumed, committed, records), ``drill`` (eos_duplicate: partition, offset; eos_loss:
-partition, from, to, records), ``progress`` every 5 s, ``closing`` (the loop ended) and ``closed``
-(ms: how long closing the clients took; KAFKA-17734 is timed from ``closing``). Drills are files
+after, resumed, resumed_record, committed, first, last, records: as ``EosWorker.java`` says), ``drill`` (eos_duplicate: partition, offset; eos_loss:
+partition, from, to, records), ``progress`` every 5 s, ``closing`` (the loop ended), ``closed_call``
+(call: producer, then consumer; ms: how long that client's close took — KAFKA-17734 is timed per
+call) and ``closed`` (ms: both). Drills are files
 next to ``--control`` (``.eos_loss``: the aborted records are skipped and the position committed
 past them; ``.eos_duplicate``: the next transaction writes its first record twice). It stops on
 SIGTERM or when its stdin ends.
@@ -152,10 +153,13 @@ class Worker:
                 self.producer.flush(30.0)
             except Exception as exc:  # noqa: BLE001
                 say(f"producer flush: {exc!r}")
+            emit("closed_call", call="producer", ms=int((time.monotonic() - t0) * 1000))
+            t1 = time.monotonic()
             try:
                 self.consumer.close()
             except Exception as exc:  # noqa: BLE001
                 say(f"consumer close: {exc!r}")
+            emit("closed_call", call="consumer", ms=int((time.monotonic() - t1) * 1000))
             emit("closed", ms=int((time.monotonic() - t0) * 1000))
 
     def loop(self) -> None:
@@ -222,6 +226,7 @@ class Worker:
         parts = sorted(by_part)
         after: dict[int, int] = {}
         resumed: dict[int, int] = {}
+        peek: dict[int, list[Message]] = {}  # the next poll's records: ``resumed`` is a record's offset there
         if abort:
             after = self.positions(parts)
             peek = records_by_partition(self.poll())  # where does it resume? put back whatever it returned
@@ -249,7 +254,8 @@ class Worker:
             began = before.get(p, c if c >= 0 else rs[0].offset())
             if abort:
                 emit("abort", partition=p, before=began, end=polled_to.get(p, end), after=after.get(p, -1),
-                     resumed=resumed.get(p, -1), committed=c, records=len(rs))
+                     resumed=resumed.get(p, -1), resumed_record=p in peek, committed=c, first=rs[0].offset(),
+                     last=rs[-1].offset(), records=len(rs))
             if skip:
                 skip_events.append({"kind": "eos_loss", "partition": p, "from": rs[0].offset(), "to": end,
                                     "records": len(rs)})

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invariants.eos import classify_after_abort
+from invariants.eos import classify_after_abort, classify_resumed
 from monitor import client_config
 from monitor.cluster.java import find_java
 from monitor.config import Config
 from monitor.eos.build import MAIN_CLASS, worker_classpath
 
-EVENT_KINDS = ("started", "assigned", "revoked", "abort", "drill", "progress", "closing", "closed")
+EVENT_KINDS = ("started", "assigned", "revoked", "abort", "drill", "progress", "closing", "closed_call", "closed")
 
 
 def properties(cfg: Config) -> str:
@@ -41,6 +41,15 @@ def properties(cfg: Config) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def after_abort_class(event: dict[str, Any]) -> str:
+    """An ``abort`` event's class: by the next poll's first record when it returned one there
+    (:func:`invariants.eos.classify_resumed`), else by positions."""
+    if event.get("resumed_record") and "first" in event:
+        return classify_resumed(event["first"], event["last"], event["resumed"])
+    at = event["resumed"] if event["resumed"] >= 0 else event["after"]
+    return classify_after_abort(event["before"], event["end"], at, event["committed"])
 
 
 @dataclass
@@ -105,9 +114,8 @@ class EosWorker:
                     self.events.append(event)
 
     def after_abort_classes(self) -> "Counter[str]":
-        """Where the consumer resumed after each abort (:func:`invariants.eos.classify_after_abort`)."""
-        return Counter(classify_after_abort(a["before"], a["end"], a["resumed"] if a["resumed"] >= 0 else a["after"],
-                                            a["committed"]) for a in self.of_kind("abort"))
+        """Where the consumer resumed after each abort (:func:`invariants.eos.classify_resumed`)."""
+        return Counter(after_abort_class(a) for a in self.of_kind("abort"))
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -133,15 +141,17 @@ class EosWorker:
             self.proc.wait()
 
     def stop(self, close_bound_s: float = 30.0, wind_down_s: float = 180.0) -> bool:
-        """Ask it to stop (SIGTERM); False when its ``close()`` hung: begun (the ``closing`` event)
-        and not returned within ``close_bound_s`` (KAFKA-17734). The loop may first finish a
-        blocked call (a commit waits up to ``max.block.ms``): that is ``wind_down_s``, and a worker
-        that has not begun closing by then is killed and marked ``stuck``, not counted as a hung
-        close."""
+        """Ask it to stop (SIGTERM); False when a ``close()`` hung: the producer's not returned within
+        ``close_bound_s`` of the ``closing`` event, or the consumer's within ``close_bound_s`` of the
+        producer's (``closed_call``): each call is bounded on its own, so two slow closes are not
+        one hang (KAFKA-17734). The loop may first finish a blocked call (a commit waits up to
+        ``max.block.ms``): that is ``wind_down_s``, and a worker that has not begun closing by then
+        is killed and marked ``stuck``, not counted as a hung close."""
         self.stuck = False
         if self.proc is None or self.proc.poll() is not None:
             return True
         closing_before = len(self.of_kind("closing"))
+        calls_before = len(self.of_kind("closed_call"))
         self.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + wind_down_s
         while len(self.of_kind("closing")) <= closing_before and self.proc.poll() is None:
@@ -150,12 +160,16 @@ class EosWorker:
                 self.kill()
                 return True
             time.sleep(0.05)
-        try:
-            self.proc.wait(timeout=close_bound_s)
-            return True
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return False
+        calls, since = calls_before, time.monotonic()  # the call under way began then
+        while self.proc.poll() is None:
+            returned = len(self.of_kind("closed_call"))
+            if returned > calls:
+                calls, since = returned, time.monotonic()
+            if time.monotonic() - since > close_bound_s:
+                self.kill()
+                return returned - calls_before >= 2  # both returned: a process slow to exit, no hung close()
+            time.sleep(0.05)
+        return True
 
 
 def worker_for(cfg: Config) -> EosWorker:

@@ -14,11 +14,11 @@ from collections import Counter
 import pytest
 import yaml
 
-from invariants.eos import AFTER_ABORT_CLASSES
+from invariants.eos import AFTER_ABORT_CLASSES, classify_after_abort
 from monitor import clients
 from monitor.audit.reader import committed_offsets
 from monitor.eos.audit import audit
-from monitor.eos.worker import EosWorker
+from monitor.eos.worker import EosWorker, after_abort_class
 from tests.integration.helpers import read_all, vigil, write_source_with_aborts
 
 PARTITIONS = 3
@@ -108,6 +108,10 @@ def test_eos_worker_killed_and_aborting_loses_nothing_and_each_drill_is_found_ex
         # to, and (without a rebalance in between) its next poll resumes there, past the aborted records.
         assert all(a["after"] == a["end"] for a in aborts), aborts
         assert classes["advance"] >= 1, classes
+        # by records, nothing else: past the aborted records, or (a rebalance in the next poll) at
+        # the first of them again from the committed offset. By positions, a marker between the
+        # position and the next record made an advance read "other"
+        assert set(classes) <= {"advance", "rewind"}, [a for a in aborts if after_abort_class(a) != "advance"]
     # The group's offsets never ran ahead of the worker (they may trail its position by the
     # control records it passed).
     assert all(a["committed"] <= a["before"] < a["end"] for a in aborts), aborts
@@ -122,5 +126,7 @@ def test_eos_worker_killed_and_aborting_loses_nothing_and_each_drill_is_found_ex
     said = json.loads(cli.stdout.strip().splitlines()[-1])
     assert (said["eos_loss"], said["eos_duplicate"]) == (len(result.verdict.losses), 1)
     assert said["judged_records"] == result.source_records
-    print(f"\nEOS worker ({client}): {written}, {len(aborts)} aborts {dict(classes)}, output {result.output_records}, "
+    by_positions = Counter(classify_after_abort(a["before"], a["end"], a["resumed"] if a["resumed"] >= 0 else a["after"],
+                                                a["committed"]) for a in aborts)
+    print(f"\nEOS worker ({client}): {written}, {len(aborts)} aborts {dict(classes)} (by positions {dict(by_positions)}), output {result.output_records}, "
           f"close {closed[-1]['ms']} ms, losses {len(result.verdict.losses)} (drill), duplicates 1 (drill)")

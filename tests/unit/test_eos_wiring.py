@@ -159,3 +159,40 @@ def test_the_worker_runs_on_the_configured_client_with_the_same_arguments_and_it
     assert json.loads(conf.read_text())["bootstrap.servers"] == "b:1" and conf.stat().st_mode & 0o077 == 0
     with pytest.raises(ConfigError, match="eos.client"):
         parse({"eos": {"client": "jvm"}}, "t.yaml")
+
+
+CLOSING_WORKER = """
+import json, signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+def emit(**e):
+    print(json.dumps(e), flush=True)
+emit(event="started")
+while not stop:
+    time.sleep(0.01)
+emit(event="closing")
+time.sleep(float(sys.argv[1]))
+emit(event="closed_call", call="producer", ms=0)
+time.sleep(float(sys.argv[2]))
+emit(event="closed_call", call="consumer", ms=0)
+emit(event="closed", ms=0)
+"""
+
+
+@pytest.mark.parametrize("producer_s, consumer_s, returned, calls", [(1.2, 1.2, True, 2), (0.1, 30, False, 1),
+                                                                     (30, 0.1, False, 0)])
+def test_each_close_call_is_bounded_on_its_own(tmp_path, producer_s, consumer_s, returned, calls):
+    """KAFKA-17734 is a close() that does not return: two slow closes within the bound each (2.4 s
+    together, bound 2 s) are no hang; either one past it is, and the worker is killed."""
+    import subprocess
+    import sys
+    import threading
+
+    worker = worker_for(parse({}, "<test>"))
+    worker.proc = subprocess.Popen([sys.executable, "-c", CLOSING_WORKER, str(producer_s), str(consumer_s)],
+                                   stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+    threading.Thread(target=worker._read, args=(worker.proc,), daemon=True).start()
+    assert worker.wait_for("started", 1, 30)  # its SIGTERM handler in place
+    assert worker.stop(close_bound_s=2.0, wind_down_s=30) is returned
+    assert worker.proc.poll() is not None and not worker.stuck
+    assert len(worker.of_kind("closed_call")) == calls

@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 from invariants.catalog import Invariant
 from invariants.checker import Checker
 from invariants.model import RC, Read, Settings
-from invariants.eos import AFTER_ABORT_CLASSES, EosFinding, EosLive, classify_after_abort, eos_verdict
+from invariants.eos import (
+    AFTER_ABORT_CLASSES, EosFinding, EosLive, classify_after_abort, classify_resumed, eos_verdict,
+)
 from monitor.eos import output_format
+from monitor.eos.worker import after_abort_class
 
 
 def simulate(seed: int, partitions: int = 3, steps: int = 60):
@@ -128,6 +131,34 @@ def test_after_abort_classes():
     assert classify_after_abort(10, 20, 5) == "rewind_further"
     assert classify_after_abort(10, 20, 15, 10) == "other"
     assert classify_after_abort(10, 20, 25, 10) == "other"
+
+
+def test_after_abort_classes_by_records_see_past_the_markers_between():
+    """The aborted poll returned records 10..12; its position passed the marker at 13. A marker at
+    14 (another transaction's) lies between that position and the next record: by positions an
+    advance to 15 read ``other``; by records it is past the aborted ones. A transaction that began
+    at a marker's position (9, the committed offset there) is rewound to its first record, 10."""
+    advance = {"before": 10, "end": 14, "after": 14, "resumed": 15, "resumed_record": True, "committed": 10,
+               "first": 10, "last": 12}
+    assert classify_after_abort(10, 14, 15, 10) == "other"
+    assert after_abort_class(advance) == classify_resumed(10, 12, 15) == "advance"
+    rewind = {**advance, "before": 9, "committed": 9, "resumed": 10}
+    assert classify_after_abort(9, 14, 10, 9) == "other"
+    assert after_abort_class(rewind) == "rewind"
+    assert after_abort_class({**advance, "resumed": 5}) == "rewind_further"
+    assert after_abort_class({**advance, "resumed": 11}) == "other"
+    # the next poll returned nothing there: its position, as before; so for an event without records
+    assert after_abort_class({**advance, "resumed": 14, "resumed_record": False}) == "advance"
+    assert after_abort_class({"before": 10, "end": 14, "after": 14, "resumed": -1, "committed": 10}) == "advance"
+
+
+@given(st.integers(0, 100), st.integers(0, 100), st.integers(0, 300))
+def test_every_record_resumed_at_after_an_abort_has_one_class(first, length, resumed):
+    last = first + length
+    cls = classify_resumed(first, last, resumed)
+    assert cls in AFTER_ABORT_CLASSES
+    assert (cls == "advance") == (resumed > last) and (cls == "rewind") == (resumed == first)
+    assert (cls == "rewind_further") == (resumed < first)
 
 
 @given(st.integers(0, 100), st.integers(1, 100), st.integers(0, 300), st.integers(-1, 100))
