@@ -287,7 +287,8 @@ class Checker(TopicLifecycle):
             detail = ("below the group's committed offset, no copy in the committed output" if f.copies == 0
                       else f"{f.copies} copies in the committed output")
             promise = self._canary_promise(tid)
-            self.sink.add(Violation(inv, RC, tid, f.partition, (f.offset,), detail=detail,
+            writer, seq = (None, None) if f.record is None else (tuple(f.record[:2]), f.record[2])
+            self.sink.add(Violation(inv, RC, tid, f.partition, (f.offset,), detail=detail, writer=writer, seq=seq,
                                     durability=promise.durability, reason=promise.reason))
 
     def _canary_promise(self, topic_id: str) -> Promise:

@@ -24,17 +24,19 @@ record it was made of — its position and the canary header it copied, ``(write
 seq)`` — and copies of two records at one position are not a duplicate: a rewritten source log (a
 node back without its data, an unclean election, a topic recreated under the same group and
 output) reuses offsets for other records, and a pipeline whose committed offset the new log no
-longer reaches starts again at its start (``auto.offset.reset=earliest``) and copies the new
-records there (found on the local cluster: a partition wiped under the worker made 1,265 false
-duplicates, live and in the audit, while positions alone were compared). A copy that names no
-canary record (the source held a foreign one) is matched by its position alone. A record that
-survived the rewrite below it is copied again after such a reset: that one is a duplicate, as it
-is for any reset that moves a group back.
+longer reaches (the offsets it commits carry no leader epoch) starts again at its start
+(``auto.offset.reset=earliest``) and copies the new records there (found on the local cluster: a
+partition wiped under the worker made 1,265 false duplicates, live and in the audit, while
+positions alone were compared). A copy that names no canary record (the source held a foreign
+one) is matched by its position alone. A record that survived the rewrite below it is copied
+again after such a reset: that one is a duplicate, as it is for any reset that moves a group back.
 
-A copy of any record at a position is that position's copy for ``eos_loss``: where a rewrite
-reused the offset, the pipeline passed it on the old log (its committed offset was past it), and
-the new log's record there was never its to consume — that loss is the canary's (``lost_write``
-and the acknowledged-write checks), not the pipeline's broken promise.
+A copy of any record at a position is that position's copy for ``eos_loss``. Where a rewrite
+reused the offset and the new log still reaches the committed offset, the pipeline goes on from
+there: it passed that offset on the old log, and the new record there was never its to consume
+(that loss is the canary's: ``lost_write`` and the acknowledged-write checks). Where it starts
+again at the log's start, it does consume the new record, and a copy of it lost then is hidden
+by the old record's copy: a limit, rare as it needs a broken pipeline and a rewrite at once.
 
 Both are ``broken``: no configuration allows them. A record a reader of the source never read
 (deleted by retention before it was read, a torn log) is not judged.
@@ -99,6 +101,9 @@ def classify_after_abort(before: int, end: int, after: int, committed: int = -1)
 
 
 Copy = Sequence  # (source partition, source offset[, the source record's identity, None when unknown])
+# A copy remembered from a state saved before copies named their record: whatever record the next
+# copy at its position names, it is a second copy (positions were matched then)
+UNNAMED_BEFORE = "?"
 
 
 def named_copy(copy: Copy) -> tuple[int, int, Ident | None]:
@@ -143,6 +148,7 @@ class EosFinding:
     partition: int  # of the source
     offset: int  # of the source
     copies: int  # in the committed output when judged
+    record: Ident | None = None  # eos_duplicate: the source record its copies name (writer_id, inc, seq), if known
 
 
 class EosLive:
@@ -175,9 +181,10 @@ class EosLive:
         self.horizon = horizon
         self.unjudged: dict[int, set[int]] = {}  # source p -> offsets read, not judged yet
         self.read_to: dict[int, int] = {}  # source p -> last offset read + 1
-        self.copies: dict[int, dict[int, Ident | None]] = {}  # source p -> offset -> the first copy's record
+        # source p -> offset -> the first copy's record (None: named none; UNNAMED_BEFORE)
+        self.copies: dict[int, dict[int, Ident | str | None]] = {}
         # (source p, offset) -> copies per record, at positions with more than one copy
-        self.more: dict[tuple[int, int], dict[Ident | None, int]] = {}
+        self.more: dict[tuple[int, int], dict[Ident | str | None, int]] = {}
         self.judged_to: dict[int, int] = {}  # source p -> offsets below are judged
         self.output_at: dict[int, int] = {}  # output q -> reader position
         self.samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, output ends), oldest first
@@ -210,10 +217,12 @@ class EosLive:
             if o not in seen:
                 seen[o] = ident
                 continue
+            if seen[o] == UNNAMED_BEFORE:
+                ident = UNNAMED_BEFORE
             counts = self.more.setdefault((p, o), {seen[o]: 1})
             counts[ident] = counts.get(ident, 0) + 1
             if counts[ident] == 2:
-                found.append(EosFinding("eos_duplicate", p, o, 2))
+                found.append(EosFinding("eos_duplicate", p, o, 2, ident if isinstance(ident, tuple) else None))
         self.output_at[partition] = max(below, reader_at or 0)
         return found
 
@@ -264,9 +273,12 @@ class EosLive:
                 # most positions have one copy of a canary record, one writer's at consecutive
                 # offsets: runs (doc_runs); copies naming no record by offset runs; the others by offset
                 "copies": {str(p): {"named": pack_runs((*i, o) for o, i in m.items()
-                                                       if i is not None and (p, o) not in self.more),
+                                                       if isinstance(i, tuple) and (p, o) not in self.more),
                                     "once": offset_runs(o for o, i in m.items() if i is None and (p, o) not in self.more),
-                                    "more": [[o, [[None if i is None else list(i), n] for i, n in self.more[(p, o)].items()]]
+                                    "before": offset_runs(o for o, i in m.items()
+                                                          if i == UNNAMED_BEFORE and (p, o) not in self.more),
+                                    "more": [[o, [[list(i) if isinstance(i, tuple) else i, n]
+                                                  for i, n in self.more[(p, o)].items()]]
                                              for o in sorted(m) if (p, o) in self.more]}
                            for p, m in self.copies.items() if m},
                 "judged_to": {str(p): v for p, v in self.judged_to.items()},
@@ -285,12 +297,13 @@ class EosLive:
         live.copies, live.more = {}, {}
         for key, saved in doc.get("copies", {}).items():
             p = int(key)
-            m = live.copies[p] = {first + i: None for first, count in saved["once"] for i in range(count)}
+            if "named" not in saved:  # saved before copies named their record (matched by position then)
+                saved = {"before": saved["once"], "more": [[o, [[UNNAMED_BEFORE, n]]] for o, n in saved["more"]]}
+            m = live.copies[p] = {first + i: None for first, count in saved.get("once", []) for i in range(count)}
+            m.update({first + i: UNNAMED_BEFORE for first, count in saved.get("before", []) for i in range(count)})
             m.update({o: (w, inc, seq) for w, inc, seq, o in unpack_runs(saved.get("named", []))})
             for o, counts in saved["more"]:
-                if not isinstance(counts, list):  # saved before copies named their record: by position
-                    counts = [[None, counts]]
-                named = {None if i is None else tuple(i): int(n) for i, n in counts}
+                named = {tuple(i) if isinstance(i, list) else i: int(n) for i, n in counts}
                 m[int(o)] = next(iter(named))
                 if sum(named.values()) > 1:
                     live.more[(p, int(o))] = named

@@ -269,8 +269,9 @@ class EosConfig(_Model):
                        "static member id (the secured local cluster's ACLs grant both); empty = <canary.name>-eos")
     abort_every: int = Field(5, ge=0, description="abort every Nth transaction on purpose (0 = never); where "
                              "the consumer stands after each abort is reported (KAFKA-17582)")
-    close_bound_s: float = Field(30.0, gt=0, description="a close() that has not returned after this long is "
-                                 "reported hung (KAFKA-17734) and the worker killed")
+    close_bound_s: float = Field(30.0, gt=0, description="a close() call (the producer's, then the consumer's, each "
+                                 "given three quarters of this as its own timeout) that has not returned after this "
+                                 "long is reported hung (KAFKA-17734) and the worker killed")
     client: Literal["java", "librdkafka"] = Field(
         "java", description="the worker's Kafka client: java (a small program compiled at setup against the "
         "kafka-clients jar; most applications run this client) or librdkafka (its twin in Python on "

@@ -28,6 +28,7 @@
 // source offset (8) | the source value's first 48 bytes (its canary header, when it is one).
 //
 // Arguments: properties-file input-topic output-topic group-id transactional-id abort-every control
+// close-timeout-ms (each client's close is given that long: its runner bounds each call a little longer)
 // The properties file holds bootstrap.servers and the security settings, for both clients.
 
 import java.io.FileInputStream;
@@ -70,6 +71,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 public final class EosWorker {
     static final int HEADER = 48;
     static final AtomicBoolean running = new AtomicBoolean(true);
+    static Duration closeTimeout = Duration.ofSeconds(20);
 
     static synchronized void emit(String json) {
         System.out.println(json);
@@ -94,8 +96,9 @@ public final class EosWorker {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 7) {
-            System.err.println("usage: EosWorker properties input output group transactional-id abort-every control");
+        if (args.length != 8) {
+            System.err.println("usage: EosWorker properties input output group transactional-id abort-every control "
+                               + "close-timeout-ms");
             System.exit(2);
         }
         Properties common = new Properties();
@@ -104,6 +107,7 @@ public final class EosWorker {
         }
         String input = args[1], outputTopic = args[2], group = args[3], txnId = args[4], control = args[6];
         int abortEvery = Integer.parseInt(args[5]);
+        closeTimeout = Duration.ofMillis(Long.parseLong(args[7]));
 
         Properties cp = new Properties();
         cp.putAll(common);
@@ -183,14 +187,14 @@ public final class EosWorker {
             emit("{\"event\":\"closing\"}");
             long t0 = System.nanoTime();
             try {
-                producer.close(Duration.ofSeconds(30));
+                producer.close(closeTimeout);
             } catch (Exception e) {
                 System.err.println("EosWorker: producer close: " + e);
             }
             emit("{\"event\":\"closed_call\",\"call\":\"producer\",\"ms\":" + (System.nanoTime() - t0) / 1_000_000 + "}");
             long t1 = System.nanoTime();
             try {
-                consumer.close(Duration.ofSeconds(30));
+                consumer.close(closeTimeout);
             } catch (Exception e) {
                 System.err.println("EosWorker: consumer close: " + e);
             }

@@ -149,10 +149,11 @@ class Worker:
         finally:
             emit("closing")
             t0 = time.monotonic()
-            try:
-                self.producer.flush(30.0)
+            try:  # what is queued, for as long as the runner allows a close; then the producer itself
+                self.producer.flush(self.args.close_timeout_ms / 1000)
+                self.producer.close()
             except Exception as exc:  # noqa: BLE001
-                say(f"producer flush: {exc!r}")
+                say(f"producer close: {exc!r}")
             emit("closed_call", call="producer", ms=int((time.monotonic() - t0) * 1000))
             t1 = time.monotonic()
             try:
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("transactional_id")
     ap.add_argument("abort_every", type=int)
     ap.add_argument("control")
+    ap.add_argument("close_timeout_ms", type=int, help="how long the producer's queue may take to flush at close")
     args = ap.parse_args(argv)
     worker = Worker(json.loads(Path(args.conf).read_text()), args)
     install_stop_handlers(worker.stop)

@@ -152,9 +152,10 @@ def test_the_worker_runs_on_the_configured_client_with_the_same_arguments_and_it
         assert w.client == client
         w.start()
     java, twin = started
-    tail = ["canary", "out", "vigil-eos", "vigil-eos-i", "4", str(tmp_path / "librdkafka" / "eos" / "control")]
-    assert java[:3] == ["java", "-Xmx256m", "-cp"] and java[-6:-1] == tail[:-1]
-    assert twin[1:3] == ["-m", "monitor.eos.rdkafka_worker"] and twin[-6:] == tail
+    # each client's close gets 22.5 s of the 30 s its runner allows a close call (eos.close_bound_s)
+    tail = ["canary", "out", "vigil-eos", "vigil-eos-i", "4", str(tmp_path / "librdkafka" / "eos" / "control"), "22500"]
+    assert java[:3] == ["java", "-Xmx256m", "-cp"] and java[-7:-2] == tail[:-2] and java[-1] == tail[-1]
+    assert twin[1:3] == ["-m", "monitor.eos.rdkafka_worker"] and twin[-7:] == tail
     conf = Path(twin[3])
     assert json.loads(conf.read_text())["bootstrap.servers"] == "b:1" and conf.stat().st_mode & 0o077 == 0
     with pytest.raises(ConfigError, match="eos.client"):
@@ -176,20 +177,22 @@ emit(event="closed_call", call="producer", ms=0)
 time.sleep(float(sys.argv[2]))
 emit(event="closed_call", call="consumer", ms=0)
 emit(event="closed", ms=0)
+time.sleep(float(sys.argv[3]))
 """
 
 
-@pytest.mark.parametrize("producer_s, consumer_s, returned, calls", [(1.2, 1.2, True, 2), (0.1, 30, False, 1),
-                                                                     (30, 0.1, False, 0)])
-def test_each_close_call_is_bounded_on_its_own(tmp_path, producer_s, consumer_s, returned, calls):
-    """KAFKA-17734 is a close() that does not return: two slow closes within the bound each (2.4 s
-    together, bound 2 s) are no hang; either one past it is, and the worker is killed."""
+@pytest.mark.parametrize("producer_s, consumer_s, exit_s, returned, calls", [
+    (1.2, 1.2, 1.2, True, 2), (0.1, 30, 0, False, 1), (30, 0.1, 0, False, 0), (0.1, 0.1, 30, False, 2)])
+def test_each_close_call_is_bounded_on_its_own(tmp_path, producer_s, consumer_s, exit_s, returned, calls):
+    """KAFKA-17734 is a close() that does not return: two slow closes and a slow exit within the
+    bound each (3.6 s together, bound 2 s) are no hang; any one past it is, and the worker is
+    killed (the exit: the librdkafka twin's handles are destroyed then)."""
     import subprocess
     import sys
     import threading
 
     worker = worker_for(parse({}, "<test>"))
-    worker.proc = subprocess.Popen([sys.executable, "-c", CLOSING_WORKER, str(producer_s), str(consumer_s)],
+    worker.proc = subprocess.Popen([sys.executable, "-c", CLOSING_WORKER, str(producer_s), str(consumer_s), str(exit_s)],
                                    stdout=subprocess.PIPE, stdin=subprocess.PIPE)
     threading.Thread(target=worker._read, args=(worker.proc,), daemon=True).start()
     assert worker.wait_for("started", 1, 30)  # its SIGTERM handler in place

@@ -229,14 +229,25 @@ def test_copies_of_two_records_at_one_position_are_no_duplicate_live_in_the_chec
         live.committed({0: 5}, {0: 12})
         found += live.judge()
         assert sorted((f.invariant, f.offset) for f in found) == [("eos_duplicate", 0), ("eos_duplicate", 4)], make
+        # a duplicate names the record copied twice (the checker's violation: its writer and seq)
+        assert sorted((f.offset, f.record) for f in found) == [(0, name(0, 0)), (4, name(0, 4, 1))], make
 
 
-def test_a_saved_document_of_copies_by_position_alone_is_read():
-    """Saved before copies named their record: one copy per offset as runs, more by count."""
-    live = EosLive.from_doc({"copies": {"0": {"once": [[0, 3]], "more": [[5, 2]]}}})
-    assert live.copies == {0: {0: None, 1: None, 2: None, 5: None}} and live.more == {(0, 5): {None: 2}}
-    assert live.read_output(0, [(0, (0, 5))]) == []  # a third copy: counted when the second was
-    assert live.read_output(0, [(1, (0, 1))]) == [EosFinding("eos_duplicate", 0, 1, 2)]
+def test_a_saved_document_of_copies_by_position_alone_is_read_and_a_second_copy_there_is_a_duplicate():
+    """Saved before copies named their record: one copy per offset as runs, more by count. Those
+    copies name no record, and the next copy at their position, whatever it names, is a second
+    one — as the audit, which reads every copy's record, finds it (a review: restored as naming no
+    record, a canary record's second copy was not counted live)."""
+    old = {"copies": {"0": {"once": [[0, 10]], "more": [[12, 2]]}}}
+    live = EosLive.from_doc(old)
+    assert live.copies[0][3] == live.copies[0][12] == "?" and live.more == {(0, 12): {"?": 2}}
+    assert live.read_output(0, [(0, (0, 12, name(0, 12)))]) == []  # a third copy: counted when the second was
+    assert live.read_output(0, [(1, (0, 3, name(0, 3)))]) == [EosFinding("eos_duplicate", 0, 3, 2)]
+    assert eos_verdict({0: range(10)}, {0: 10}, {0: 10},
+                       [(0, o, name(0, o)) for o in range(10)] + [(0, 3, name(0, 3))]).duplicates == ((0, 3, 2),)
+    again = EosLive.from_doc(json.loads(json.dumps(live.to_doc())))  # and saved again in the new form
+    assert again.copies == live.copies and again.more == live.more
+    assert again.read_output(0, [(2, (0, 4, name(0, 4)))]) == [EosFinding("eos_duplicate", 0, 4, 2)]
 
 
 def _live_run(seed: int, partitions: int, steps: int, horizon: int = 100_000, make=EosLive):
@@ -374,8 +385,8 @@ class CheckerPipeline:
         self.checker.eos_committed(offsets, ends)
 
     def judge(self):
-        return [EosFinding(v.invariant.value, v.partition, v.offsets[0], 0) for v in self.settle()
-                if v.invariant in (Invariant.EOS_LOSS, Invariant.EOS_DUPLICATE)]
+        return [EosFinding(v.invariant.value, v.partition, v.offsets[0], 0, None if v.writer is None else (*v.writer, v.seq))
+                for v in self.settle() if v.invariant in (Invariant.EOS_LOSS, Invariant.EOS_DUPLICATE)]
 
     def to_doc(self):
         return {**self.checker.to_doc(), "test_source": {p: sorted(o) for p, o in self.source.items()}}
