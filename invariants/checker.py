@@ -51,7 +51,7 @@ from invariants.confirm import Pending, merge, subtract
 from invariants.ledger_format import LedgerEntry, TopicSettings, WriterSettings
 from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, ReadRun, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey,
-    is_canary, one_by_one, read_offsets, read_ranges,
+    is_canary, one_by_one, read_named, read_ranges,
 )
 from invariants.offset_set import OffsetSet
 from invariants.offsets import OffsetsFamily
@@ -237,7 +237,7 @@ class Checker(TopicLifecycle):
         if v.frontier > fresh_from:
             fresh.append((fresh_from, v.frontier))
         if iso is RC and covered is None and self.eos_source and topic_id == self.current_ids.get(self.eos_source):
-            self._eos_pipeline(topic_id).read_source(partition, read_offsets(reads))
+            self._eos_pipeline(topic_id).read_source(partition, read_named(reads))
         if iso is RC and covered is None and self.group_source and topic_id == self.current_ids.get(self.group_source):
             self._group(topic_id).read_reference_ranges(partition, read_ranges(reads))
         v.epoch += 1

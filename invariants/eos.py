@@ -34,9 +34,15 @@ again after such a reset: that one is a duplicate, as it is for any reset that m
 A copy of any record at a position is that position's copy for ``eos_loss``. Where a rewrite
 reused the offset and the new log still reaches the committed offset, the pipeline goes on from
 there: it passed that offset on the old log, and the new record there was never its to consume
-(that loss is the canary's: ``lost_write`` and the acknowledged-write checks). Where it starts
-again at the log's start, it does consume the new record, and a copy of it lost then is hidden
-by the old record's copy: a limit, rare as it needs a broken pipeline and a rewrite at once.
+(that loss is the canary's: ``lost_write`` and the acknowledged-write checks). Nor are the new
+records at offsets where the old log held only transaction markers, which no copy names: the
+audit judges none of a rewritten partition's records from the first offset whose copy names an
+old record to where the pipeline began consuming the new log (:func:`rewritten_span`); live, the
+pipeline's source is what Vigil's reader reads fresh, and the new log below its position was
+read before (the old log) — only the re-reads that find the rewrite see it, and those are not the
+pipeline's. Where the pipeline starts again at the log's start, it does consume the new record,
+and a copy of it lost then is hidden by the old record's copy: a limit, rare as it needs a broken
+pipeline and a rewrite at once.
 
 Both are ``broken``: no configuration allows them. A record a reader of the source never read
 (deleted by retention before it was read, a torn log) is not judged.
@@ -118,28 +124,67 @@ class EosVerdict:
     judged: Mapping[int, int] = field(default_factory=dict)  # partition -> source offsets judged below
     # source positions whose copies name more than one record: a rewritten source log reused them
     reused_positions: int = 0
+    # partition -> [lo, resumed): offsets of a rewritten log the pipeline did not consume (rewritten_span)
+    not_consumed: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def rewritten_span(held: Mapping[int, Ident], read_from: int, read_to: int,
+                   named: Mapping[int, Iterable[Ident | None]]) -> tuple[int, int] | None:
+    """Where a rewritten source partition's new records were not the pipeline's to consume, from
+    what its log holds now (``held``: offset -> the record's identity, read whole in ``[read_from,
+    read_to)``) and the records its copies name per offset (``named``): from the lowest offset
+    whose copies name a canary record the log does not hold there (an old record: the offset was
+    reused), up to the lowest offset at or above it with a copy of the record the log holds there
+    now — where the pipeline began consuming the new log. None when no copy names an old record.
+
+    The pipeline's committed offset, past the old log's records, stays valid where the new log
+    reaches it (it carries no leader epoch), so the pipeline goes on from there and the new records
+    below it never reach it — among them records at offsets where the old log held only
+    transaction markers, which no copy names (found on the local cluster: a partition wiped under
+    the worker, 262 false ``eos_loss`` in the audit). Where it starts again at the log's start
+    instead, its first copies are of the new log: nothing is left out."""
+    lo = min((o for o, idents in named.items() if read_from <= o < read_to
+              and any(isinstance(i, tuple) and held.get(o) != i for i in idents)), default=None)
+    if lo is None:
+        return None
+    resumed = min((o for o, idents in named.items() if o >= lo and o in held and held[o] in idents),
+                  default=read_to)
+    return (lo, resumed)
 
 
 def eos_verdict(source: Mapping[int, Iterable[int]], read_to: Mapping[int, int], committed: Mapping[int, int],
-                output: Iterable[Copy], judge_from: Mapping[int, int] | None = None) -> EosVerdict:
+                output: Iterable[Copy], judge_from: Mapping[int, int] | None = None,
+                held: Mapping[int, Mapping[int, Ident]] | None = None) -> EosVerdict:
     """The verdict on one pipeline.
 
     ``source``: per partition, the offsets a ``read_committed`` reader of the source read, whole
     below ``read_to[p]``. ``committed``: the group's committed offsets, taken *before* ``output``
     (every committed output record's :data:`Copy`) was read past the output's high watermarks.
     ``judge_from``: per partition, where judging starts (an output whose retention removed the
-    oldest copies: the lowest source offset a surviving copy names).
+    oldest copies: the lowest source offset a surviving copy names). ``held``: per partition, the
+    identity of the record at each offset read (the audit's): on a rewritten partition the new
+    records the pipeline did not consume are not judged (:func:`rewritten_span`).
     """
     copies = Counter(named_copy(c) for c in output)
     positions = {(p, o) for p, o, _ident in copies}
     start = judge_from or {}
     judged = {p: min(c, read_to.get(p, 0)) for p, c in committed.items()}
+    spans: dict[int, tuple[int, int]] = {}
+    if held:
+        named: dict[int, dict[int, set]] = {}
+        for p, o, ident in copies:
+            named.setdefault(p, {}).setdefault(o, set()).add(ident)
+        for p, records in held.items():
+            span = rewritten_span(records, min(records, default=0), read_to.get(p, 0), named.get(p, {}))
+            if span is not None:
+                spans[p] = span
     losses = sorted((p, o) for p, offsets in source.items() for o in offsets
-                    if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in positions)
+                    if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in positions
+                    and not (p in spans and spans[p][0] <= o < spans[p][1]))
     duplicates = sorted((p, o, n) for (p, o, _ident), n in copies.items() if n > 1)
-    named = Counter((p, o) for p, o, _ident in copies)  # records named per position
-    reused = sum(1 for n in named.values() if n > 1)
-    return EosVerdict(tuple(losses), tuple(duplicates), judged, reused)
+    named_per_position = Counter((p, o) for p, o, _ident in copies)
+    reused = sum(1 for n in named_per_position.values() if n > 1)
+    return EosVerdict(tuple(losses), tuple(duplicates), judged, reused, spans)
 
 
 @dataclass(frozen=True)
@@ -190,10 +235,17 @@ class EosLive:
         self.samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, output ends), oldest first
         self.lowest_copy: dict[int, int] = {}  # source p -> the lowest source offset a copy named
         self.trimmed: set[int] = set()  # output partitions whose oldest copies retention removed
+        # source p -> [lo, resumed or None]: a rewritten partition's offsets not judged (rewritten_span)
+        self.rewrites: dict[int, list] = {}
+        self.held: dict[int, dict[int, Ident]] = {}  # source p -> records read at or above lo, while resumed is unknown
 
-    def read_source(self, partition: int, offsets: Iterable[int]) -> None:
+    def read_source(self, partition: int, records: Iterable[int | tuple[int, Ident]]) -> None:
+        """``records``: offsets, or (offset, the record's identity) — with identities, a record at
+        an offset whose copy names another (old) record shows the partition rewritten."""
+        items = [(r, None) if isinstance(r, int) else (r[0], r[1]) for r in records]
+        self._rewritten(partition, items)
         below = self.judged_to.get(partition, 0)
-        fresh = [o for o in offsets if o >= below]
+        fresh = [o for o, _ident in items if o >= below]
         if fresh:
             pending = self.unjudged.setdefault(partition, set())
             pending.update(fresh)
@@ -202,6 +254,31 @@ class EosLive:
                 cut = sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10]  # a tenth at a time
                 pending.difference_update([o for o in pending if o < cut])
                 self.judged_to[partition] = max(self.judged_to.get(partition, 0), cut)
+
+    def _names(self, p: int, o: int, ident: Ident) -> bool:
+        """Whether a copy at (p, o) names ``ident``."""
+        first = self.copies.get(p, {}).get(o, None)
+        return first == ident or ident in self.more.get((p, o), ())
+
+    def _rewritten(self, p: int, items: list[tuple[int, Ident | None]]) -> None:
+        """The live :func:`rewritten_span`: from the records read, in order, with the copies seen."""
+        seen = self.copies.get(p, {})
+        for o, ident in items:
+            if ident is None:
+                continue
+            rw = self.rewrites.get(p)
+            first = seen.get(o)
+            if isinstance(first, tuple) and first != ident and not self._names(p, o, ident):
+                if rw is None or (rw[1] is not None and o >= rw[1]):  # (a later rewrite: a new span)
+                    rw = self.rewrites[p] = [o, None]
+                    self.held[p] = {}
+                elif o < rw[0]:
+                    rw[0] = o
+            if rw is not None and o >= rw[0]:
+                if self._names(p, o, ident):  # the pipeline copied the record the log holds now
+                    rw[1] = o if rw[1] is None else min(rw[1], o)
+                elif rw[1] is None:
+                    self.held.setdefault(p, {})[o] = ident
 
     def read_output(self, partition: int, records: Iterable[tuple[int, Copy]],
                     reader_at: int | None = None) -> list[EosFinding]:
@@ -214,6 +291,9 @@ class EosLive:
             seen = self.copies.setdefault(p, {})
             self.lowest_copy[p] = min(self.lowest_copy.get(p, o), o)
             below = max(below, out_offset + 1)
+            rw = self.rewrites.get(p)
+            if rw is not None and o >= rw[0] and ident is not None and self.held.get(p, {}).get(o) == ident:
+                rw[1] = o if rw[1] is None else min(rw[1], o)  # a copy of the record read there since
             if o not in seen:
                 seen[o] = ident
                 continue
@@ -256,11 +336,18 @@ class EosLive:
             floor = (log_start or {}).get(p, 0)
             if p in self.trimmed:
                 floor = max(floor, self.lowest_copy.get(p, limit))
+            rw = self.rewrites.get(p)
             for o in sorted(x for x in pending if x < limit):
                 pending.discard(o)
+                if rw is not None and rw[0] <= o and (rw[1] is None or o < rw[1]):
+                    continue  # a rewritten log's record the pipeline did not consume
                 if o >= floor and o not in seen:
                     found.append(EosFinding("eos_loss", p, o, 0))
             self.judged_to[p] = limit
+            held = self.held.get(p)
+            if held:
+                for o in [o for o in held if o < limit]:
+                    del held[o]
             for o in [o for o in seen if o < limit - self.horizon]:
                 del seen[o]
                 self.more.pop((p, o), None)
@@ -284,6 +371,8 @@ class EosLive:
                 "judged_to": {str(p): v for p, v in self.judged_to.items()},
                 "lowest_copy": {str(p): v for p, v in self.lowest_copy.items()},
                 "trimmed": sorted(self.trimmed),
+                "rewrites": {str(p): list(rw) for p, rw in self.rewrites.items()},
+                "held": {str(p): [[o, list(i)] for o, i in sorted(h.items())] for p, h in self.held.items() if h},
                 "output_at": {str(q): v for q, v in self.output_at.items()},
                 "samples": [[{str(k): v for k, v in c.items()}, {str(k): v for k, v in e.items()}]
                             for c, e in self.samples]}
@@ -310,6 +399,9 @@ class EosLive:
         live.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
         live.lowest_copy = {int(p): int(v) for p, v in doc.get("lowest_copy", {}).items()}
         live.trimmed = {int(q) for q in doc.get("trimmed", [])}
+        live.rewrites = {int(p): [int(rw[0]), None if rw[1] is None else int(rw[1])]
+                         for p, rw in doc.get("rewrites", {}).items()}
+        live.held = {int(p): {int(o): tuple(i) for o, i in h} for p, h in doc.get("held", {}).items()}
         live.output_at = {int(q): int(v) for q, v in doc.get("output_at", {}).items()}
         live.samples = [({int(k): int(v) for k, v in c.items()}, {int(k): int(v) for k, v in e.items()})
                         for c, e in doc.get("samples", [])]

@@ -171,14 +171,14 @@ def read_ranges(reads: Iterable["Read | ReadRun"]) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in out]
 
 
-def read_offsets(reads: Iterable["Read | ReadRun"]) -> list[int]:
-    """Every offset read, in order."""
-    out: list[int] = []
+def read_named(reads: Iterable["Read | ReadRun"]) -> list[tuple[int, Ident]]:
+    """Every record read, in order, as (offset, identity)."""
+    out: list[tuple[int, Ident]] = []
     for r in reads:
         if isinstance(r, ReadRun):
-            out.extend(range(r.offset, r.offset + r.count))
+            out.extend((r.offset + i, (r.writer_id, r.inc, r.seq + i)) for i in range(r.count))
         else:
-            out.append(r.offset)
+            out.append((r.offset, r.ident))
     return out
 
 

@@ -120,6 +120,7 @@ def audit_cmd(
            "committed": result.committed, "output_records": result.output_records,
            "malformed_output": result.malformed_output, "drill_copies": result.drill_copies,
            "source_records": result.source_records, "reused_positions": v.reused_positions,
+           "not_consumed": {str(p): list(span) for p, span in sorted(v.not_consumed.items())},
            "judged_records": result.judged_records}
     if as_json:
         print_json(out)

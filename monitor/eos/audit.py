@@ -11,7 +11,9 @@ were visible (the worker sends with acks=all and flushes before it commits).
 
 An output topic whose log start moved (retention) no longer holds the copies of the oldest source
 records: on such a partition the source is judged only from the lowest source offset a surviving
-copy names.
+copy names. A rewritten source partition is judged but where the pipeline did not consume the new
+log (:func:`invariants.eos.rewritten_span`, from the records the source holds now and those the
+copies name).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from invariants.eos import EosVerdict, eos_verdict
-from monitor import clients
+from invariants.model import foreign_ident
+from monitor import clients, record_format
 from monitor.audit.reader import AuditReadError, committed_offsets, read_committed_now, read_past
 from monitor.config import Config
 from monitor.eos import output_format
@@ -87,13 +90,23 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
     # Copies gone with the output's retention: judged only from the oldest copy left.
     judge_from = {q: lowest.get(q, committed.get(q, 0)) for q, (low, _high) in marks.items() if low > 0}
     source: dict[int, list[int]] = {}
+    held: dict[int, dict[int, tuple]] = {}  # partition -> offset -> the record's identity
+
+    def on_source(msg: Any) -> None:
+        source.setdefault(msg.partition(), []).append(msg.offset())
+        rec = record_format.decode(msg.value())
+        held.setdefault(msg.partition(), {})[msg.offset()] = (
+            (rec.writer_id, rec.incarnation, rec.seq) if isinstance(rec, record_format.CanaryRecord)
+            else foreign_ident(msg.value()))
+
     c = clients.consumer(cfg, "read_committed", group="vigil-audit", profile="bulk")
     try:
-        read_to = read_committed_now(c, source_topic, n_src, timeout_s,
-                                     lambda msg: source.setdefault(msg.partition(), []).append(msg.offset()))
+        read_to = read_committed_now(c, source_topic, n_src, timeout_s, on_source)
     finally:
         c.close()
-    verdict = eos_verdict(source, read_to, committed, output, judge_from)
+    verdict = eos_verdict(source, read_to, committed, output, judge_from, held)
+    spans = verdict.not_consumed
     judged = sum(1 for p, offsets in source.items() for o in offsets
-                 if judge_from.get(p, 0) <= o < verdict.judged.get(p, 0))
+                 if judge_from.get(p, 0) <= o < verdict.judged.get(p, 0)
+                 and not (p in spans and spans[p][0] <= o < spans[p][1]))
     return EosAudit(verdict, committed, len(output), malformed, sum(map(len, source.values())), judged, drill_copies)

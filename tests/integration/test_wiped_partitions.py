@@ -130,12 +130,16 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     assert set(groups["rewrites_began"]) == {str(p) for p in wiped}, groups["rewrites_began"]
     # the EOS pipeline: copies of the new records at reused offsets are no duplicate of the old
     # ones' (matched by position, they made 1,265 false eos_duplicate, live and in the audit, in
-    # a run of this test); eos_loss and eos_duplicate live == audit are compared above
+    # a run of this test where the worker started again at the new log's start); where it went on
+    # from its committed offset inside the new log instead, the new records below were never its
+    # (262 false eos_loss in the audit, live 0, in a fresh-clone suite). Whichever it did: 0 and 0,
+    # eos_loss and eos_duplicate live == audit compared above
     eos = vigil_json(path, "eos", "audit")
-    print(f"eos: {eos['reused_positions']} positions copied from both logs; duplicates live "
+    print(f"eos: {eos['reused_positions']} positions copied from both logs, not consumed {eos['not_consumed']}; "
+          f"duplicates live "
           f"{live.get(('eos_duplicate', 'read_committed'), 0)}, audit {eos['eos_duplicate']}; losses live "
           f"{live.get(('eos_loss', 'read_committed'), 0)}, audit {eos['eos_loss']}")
-    assert eos["reused_positions"] > 0, eos  # the fault did reach the pipeline
+    assert eos["reused_positions"] > 0 or eos["not_consumed"], eos  # the fault did reach the pipeline
     assert eos["eos_duplicate"] == eos["eos_loss"] == 0, eos
     assert live.get(("eos_duplicate", "read_committed"), 0) == live.get(("eos_loss", "read_committed"), 0) == 0
 

@@ -86,6 +86,9 @@ def test_the_verdict_finds_exactly_what_was_injected_below_what_is_known(seed, p
     read_to = {p: int(max(offsets, default=0) * cut) + 1 for p, offsets in source.items()}
     seen = {p: [o for o in offsets if o < read_to[p]] for p, offsets in source.items()}
     verdict = eos_verdict(seen, read_to, committed, output)
+    # the records the source holds (what the audit passes): nothing rewritten, the same verdict
+    held = {p: {o: name(p, o) for o in offsets} for p, offsets in seen.items()}
+    assert eos_verdict(seen, read_to, committed, output, held=held) == verdict
     assert set(verdict.losses) == {(p, o) for p, o in lost if o < min(read_to[p], committed.get(p, 0))}
     assert list(verdict.losses) == sorted(verdict.losses)
     assert verdict.duplicates == tuple(sorted((p, o, 2) for p, o in duplicated))
@@ -361,8 +364,8 @@ class CheckerPipeline:
             self.checker.note_topic(self.NAME, self.TID)
             self.checker.eos_source = self.NAME
 
-    def read_source(self, partition, offsets):
-        reads = [Read(o, ("x", o, 1)) for o in offsets]
+    def read_source(self, partition, offsets, generation=0):
+        reads = [Read(o, name(partition, o, generation)) for o in offsets]
         self.source.setdefault(partition, set()).update(offsets)
         self.checker.apply_reads(RC, self.TID, partition, reads)
 
@@ -373,7 +376,8 @@ class CheckerPipeline:
         for w in self.checker.refetch_wanted():
             held = self.source.get(w.partition, set())
             self.checker.apply_refetched(RC, w.topic_id, w.partition,
-                                         [Read(o, ("x", o, 1)) for o in range(w.lo, w.hi) if o in held], (w.lo, w.hi))
+                                         [Read(o, name(w.partition, o)) for o in range(w.lo, w.hi) if o in held],
+                                         (w.lo, w.hi))
             found += self.checker.settle()
         return found
 
@@ -458,3 +462,58 @@ def test_a_loss_held_on_a_recreated_topics_old_id_is_counted_under_that_id():
     ck.begin_batch()
     ck.begin_batch()
     assert [(v.invariant, v.topic_id, v.offsets) for v in ck.settle()] == [(Invariant.EOS_LOSS, pipe.TID, (1,))]
+
+
+def test_new_records_a_rewritten_partitions_pipeline_never_consumed_are_not_judged():
+    """A partition wiped under the worker (found in the fresh-clone suite: 262 false eos_loss in the
+    audit, live 0): the old log held records 0..9 and transaction markers at 10 and 11, all copied,
+    the group committed 12. The new log holds other records at 0..14; still reaching 12, the worker
+    goes on from there: records 0..11 of the new log never reach it, and at 10 and 11 no copy names
+    any record. Not judged from the first offset whose copy names an old record (0) to the first
+    copy of a record the log holds now (12)."""
+    old = [(0, o, name(0, o)) for o in range(10)]
+    new = [(0, o, name(0, o, 1)) for o in range(12, 15)]
+    held = {0: {o: name(0, o, 1) for o in range(15)}}
+    verdict = eos_verdict({0: range(15)}, {0: 15}, {0: 15}, old + new, held=held)
+    assert verdict.losses == () and verdict.not_consumed == {0: (0, 12)}
+    assert eos_verdict({0: range(15)}, {0: 15}, {0: 15}, old + new).losses == ((0, 10), (0, 11))  # positions alone
+    # a worker that starts again at the log's start consumes the new log: a copy it lost there is a loss
+    again = [(0, o, name(0, o, 1)) for o in range(15) if o != 10]
+    verdict = eos_verdict({0: range(15)}, {0: 15}, {0: 15}, old + again, held=held)
+    assert verdict.losses == ((0, 10),) and verdict.not_consumed == {0: (0, 0)}
+    # survivors below the rewrite: judged as ever (a copy of the record held there is no old one)
+    held = {0: {**{o: name(0, o) for o in range(5)}, **{o: name(0, o, 1) for o in range(5, 15)}}}
+    verdict = eos_verdict({0: range(15)}, {0: 15}, {0: 15}, [c for c in old if c[1] != 3] + new, held=held)
+    assert verdict.losses == ((0, 3),) and verdict.not_consumed == {0: (5, 12)}
+    # nothing rewritten: nothing left out
+    held = {0: {o: name(0, o) for o in range(10)}}
+    assert eos_verdict({0: range(10)}, {0: 10}, {0: 10}, old, held=held).not_consumed == {}
+
+
+def test_live_leaves_out_the_new_records_a_rewritten_partitions_pipeline_never_consumed():
+    """The audit's rule live: judged up to 5 when the partition was wiped (the group had committed 12,
+    past the markers at 10 and 11), Vigil's reader reads the new log from its start; the worker goes
+    on from 12. Without the rule, live counted the new records at 10 and 11 lost."""
+    old = [(0, o, name(0, o)) for o in range(10)]
+    new = [(0, o, name(0, o, 1)) for o in range(12, 15)]
+    for make in (EosLive, CheckerPipeline):
+        live = make(100_000)
+        if make is EosLive:
+            live.read_source(0, [(o, name(0, o)) for o in range(10)])
+        else:
+            live.read_source(0, range(10))
+        found = live.read_output(0, list(enumerate(old)), 11)
+        live.committed({0: 5}, {0: 11})
+        found += live.judge()
+        live = type(live).from_doc(json.loads(json.dumps(live.to_doc())))
+        if make is EosLive:
+            live.read_source(0, [(o, name(0, o, 1)) for o in range(15)])
+        else:
+            live.read_source(0, range(15), generation=1)
+        live = type(live).from_doc(json.loads(json.dumps(live.to_doc())))
+        found += live.read_output(0, [(11 + i, c) for i, c in enumerate(new)], 15)
+        live.committed({0: 15}, {0: 15})
+        found += live.judge()
+        assert found == [], (make, found)
+    verdict = eos_verdict({0: range(15)}, {0: 15}, {0: 15}, old + new, held={0: {o: name(0, o, 1) for o in range(15)}})
+    assert verdict.losses == () and verdict.not_consumed == {0: (0, 12)}
