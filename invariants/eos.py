@@ -37,12 +37,17 @@ there: it passed that offset on the old log, and the new record there was never 
 (that loss is the canary's: ``lost_write`` and the acknowledged-write checks). Nor are the new
 records at offsets where the old log held only transaction markers, which no copy names: the
 audit judges none of a rewritten partition's records from the first offset whose copy names an
-old record to where the pipeline began consuming the new log (:func:`rewritten_span`); live, the
-pipeline's source is what Vigil's reader reads fresh, and the new log below its position was
-read before (the old log) — only the re-reads that find the rewrite see it, and those are not the
-pipeline's. Where the pipeline starts again at the log's start, it does consume the new record,
-and a copy of it lost then is hidden by the old record's copy: a limit, rare as it needs a broken
-pipeline and a rewrite at once.
+old record to where the pipeline began consuming the new log (:func:`rewritten_span`); live does
+the same with what it reads, in order: a record read at an offset whose copy names another
+canary record starts such a span, the first copy of a record read in it ends it, and the records
+in a span not ended yet wait. Where the pipeline starts again at the log's start, it does consume
+the new record, and a copy of it lost then is hidden by the old record's copy; and a copy lost in
+the pipeline's first transaction on the new log is inside the span. Limits, rare as they need a
+broken pipeline and a rewrite at once. And live sees a rewrite only where its reader reads the new
+log at offsets whose old copies it holds: where it read the new log before those copies arrived,
+or never read the old log at the reused offsets (its position behind the pipeline's when the log
+was rewritten), it judges the new records at the old log's marker offsets, which the audit leaves
+out — a false ``eos_loss`` live (review findings, not seen on the local cluster).
 
 Both are ``broken``: no configuration allows them. A record a reader of the source never read
 (deleted by retention before it was read, a torn log) is not judged.
@@ -70,7 +75,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from invariants.doc_runs import offset_runs, pack_runs, unpack_runs
-from invariants.model import Ident
+from invariants.model import Ident, is_canary
 
 AFTER_ABORT_CLASSES = ("advance", "rewind", "rewind_further", "other")
 
@@ -144,6 +149,7 @@ def rewritten_span(held: Mapping[int, Ident], read_from: int, read_to: int,
     the worker, 262 false ``eos_loss`` in the audit). Where it starts again at the log's start
     instead, its first copies are of the new log: nothing is left out."""
     lo = min((o for o, idents in named.items() if read_from <= o < read_to
+              and (o not in held or is_canary(held[o]))  # (a malformed record there: a digest, no rewrite)
               and any(isinstance(i, tuple) and held.get(o) != i for i in idents)), default=None)
     if lo is None:
         return None
@@ -235,9 +241,10 @@ class EosLive:
         self.samples: list[tuple[dict[int, int], dict[int, int]]] = []  # (committed, output ends), oldest first
         self.lowest_copy: dict[int, int] = {}  # source p -> the lowest source offset a copy named
         self.trimmed: set[int] = set()  # output partitions whose oldest copies retention removed
-        # source p -> [lo, resumed or None]: a rewritten partition's offsets not judged (rewritten_span)
-        self.rewrites: dict[int, list] = {}
-        self.held: dict[int, dict[int, Ident]] = {}  # source p -> records read at or above lo, while resumed is unknown
+        # source p -> spans [lo, resumed] of a rewritten partition not judged (rewritten_span), oldest
+        # first; the last one's resumed None while the pipeline has copied none of the new log there
+        self.rewrites: dict[int, list[list]] = {}
+        self.held: dict[int, dict[int, Ident]] = {}  # source p -> records read in the last span, not judged yet
 
     def read_source(self, partition: int, records: Iterable[int | tuple[int, Ident]]) -> None:
         """``records``: offsets, or (offset, the record's identity) — with identities, a record at
@@ -254,6 +261,9 @@ class EosLive:
                 cut = sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10]  # a tenth at a time
                 pending.difference_update([o for o in pending if o < cut])
                 self.judged_to[partition] = max(self.judged_to.get(partition, 0), cut)
+                held = self.held.get(partition, {})
+                for o in [o for o in held if o < cut]:
+                    del held[o]
 
     def _names(self, p: int, o: int, ident: Ident) -> bool:
         """Whether a copy at (p, o) names ``ident``."""
@@ -261,24 +271,34 @@ class EosLive:
         return first == ident or ident in self.more.get((p, o), ())
 
     def _rewritten(self, p: int, items: list[tuple[int, Ident | None]]) -> None:
-        """The live :func:`rewritten_span`: from the records read, in order, with the copies seen."""
+        """The live :func:`rewritten_span`: from the canary records read, in order, with the copies
+        seen — a copy naming another canary record than the one read at its offset starts a span
+        (or lowers the last one's start), a copy of the record read there ends it."""
         seen = self.copies.get(p, {})
         for o, ident in items:
-            if ident is None:
+            if ident is None or not is_canary(ident):
                 continue
-            rw = self.rewrites.get(p)
             first = seen.get(o)
+            spans = self.rewrites.get(p, [])
             if isinstance(first, tuple) and first != ident and not self._names(p, o, ident):
-                if rw is None or (rw[1] is not None and o >= rw[1]):  # (a later rewrite: a new span)
-                    rw = self.rewrites[p] = [o, None]
+                if not spans or (spans[-1][1] is not None and o >= spans[-1][1]):  # (a later rewrite)
+                    spans = self.rewrites.setdefault(p, [])
+                    spans.append([o, None])
                     self.held[p] = {}
-                elif o < rw[0]:
-                    rw[0] = o
-            if rw is not None and o >= rw[0]:
+                elif o < spans[-1][0]:
+                    spans[-1][0] = o
+            if spans and o >= spans[-1][0]:
                 if self._names(p, o, ident):  # the pipeline copied the record the log holds now
-                    rw[1] = o if rw[1] is None else min(rw[1], o)
-                elif rw[1] is None:
-                    self.held.setdefault(p, {})[o] = ident
+                    self._resumed(spans[-1], o)
+                else:
+                    held = self.held.setdefault(p, {})
+                    held[o] = ident
+                    if len(held) > self.MAX_UNJUDGED:
+                        del held[min(held)]
+
+    @staticmethod
+    def _resumed(span: list, o: int) -> None:
+        span[1] = o if span[1] is None else min(span[1], o)
 
     def read_output(self, partition: int, records: Iterable[tuple[int, Copy]],
                     reader_at: int | None = None) -> list[EosFinding]:
@@ -291,9 +311,9 @@ class EosLive:
             seen = self.copies.setdefault(p, {})
             self.lowest_copy[p] = min(self.lowest_copy.get(p, o), o)
             below = max(below, out_offset + 1)
-            rw = self.rewrites.get(p)
-            if rw is not None and o >= rw[0] and ident is not None and self.held.get(p, {}).get(o) == ident:
-                rw[1] = o if rw[1] is None else min(rw[1], o)  # a copy of the record read there since
+            spans = self.rewrites.get(p)
+            if spans and o >= spans[-1][0] and ident is not None and self.held.get(p, {}).get(o) == ident:
+                self._resumed(spans[-1], o)  # a copy of the record read there since
             if o not in seen:
                 seen[o] = ident
                 continue
@@ -336,16 +356,19 @@ class EosLive:
             floor = (log_start or {}).get(p, 0)
             if p in self.trimmed:
                 floor = max(floor, self.lowest_copy.get(p, limit))
-            rw = self.rewrites.get(p)
+            spans = self.rewrites.get(p, [])
+            waiting = spans[-1][0] if spans and spans[-1][1] is None else None
             for o in sorted(x for x in pending if x < limit):
+                if waiting is not None and o >= waiting:
+                    continue  # in a span not ended yet: judged once the pipeline's first copy there ends it
                 pending.discard(o)
-                if rw is not None and rw[0] <= o and (rw[1] is None or o < rw[1]):
+                if any(lo <= o < resumed for lo, resumed in spans if resumed is not None):
                     continue  # a rewritten log's record the pipeline did not consume
                 if o >= floor and o not in seen:
                     found.append(EosFinding("eos_loss", p, o, 0))
             self.judged_to[p] = limit
             held = self.held.get(p)
-            if held:
+            if held and waiting is None:
                 for o in [o for o in held if o < limit]:
                     del held[o]
             for o in [o for o in seen if o < limit - self.horizon]:
@@ -371,7 +394,7 @@ class EosLive:
                 "judged_to": {str(p): v for p, v in self.judged_to.items()},
                 "lowest_copy": {str(p): v for p, v in self.lowest_copy.items()},
                 "trimmed": sorted(self.trimmed),
-                "rewrites": {str(p): list(rw) for p, rw in self.rewrites.items()},
+                "rewrites": {str(p): [list(s) for s in spans] for p, spans in self.rewrites.items() if spans},
                 "held": {str(p): [[o, list(i)] for o, i in sorted(h.items())] for p, h in self.held.items() if h},
                 "output_at": {str(q): v for q, v in self.output_at.items()},
                 "samples": [[{str(k): v for k, v in c.items()}, {str(k): v for k, v in e.items()}]
@@ -399,8 +422,9 @@ class EosLive:
         live.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
         live.lowest_copy = {int(p): int(v) for p, v in doc.get("lowest_copy", {}).items()}
         live.trimmed = {int(q) for q in doc.get("trimmed", [])}
-        live.rewrites = {int(p): [int(rw[0]), None if rw[1] is None else int(rw[1])]
-                         for p, rw in doc.get("rewrites", {}).items()}
+        live.rewrites = {int(p): [[int(lo), None if resumed is None else int(resumed)]
+                                  for lo, resumed in (spans if spans and isinstance(spans[0], list) else [spans])]
+                         for p, spans in doc.get("rewrites", {}).items()}
         live.held = {int(p): {int(o): tuple(i) for o, i in h} for p, h in doc.get("held", {}).items()}
         live.output_at = {int(q): int(v) for q, v in doc.get("output_at", {}).items()}
         live.samples = [({int(k): int(v) for k, v in c.items()}, {int(k): int(v) for k, v in e.items()})

@@ -517,3 +517,48 @@ def test_live_leaves_out_the_new_records_a_rewritten_partitions_pipeline_never_c
         assert found == [], (make, found)
     verdict = eos_verdict({0: range(15)}, {0: 15}, {0: 15}, old + new, held={0: {o: name(0, o, 1) for o in range(15)}})
     assert verdict.losses == () and verdict.not_consumed == {0: (0, 12)}
+
+
+def _judged(live, *steps):
+    found = []
+    for step in steps:
+        found += step(live) or []
+    return [f.offset for f in found if f.invariant == "eos_loss"]
+
+
+def test_a_span_not_ended_waits_two_rewrites_keep_both_spans_and_a_digest_starts_none():
+    """Found by a review of the live rule. A stale committed offset judged before the worker, reset to
+    the log's start, copied anything: the new records wait for its first copy there, and a copy it
+    lost is counted, as the audit counts it. Two rewrites before a judgement: the first span still
+    leaves out its records. A malformed record (its identity a digest) under a copy naming a canary
+    record is no rewrite: the copies lost after it are counted."""
+    n = name
+    old = [(0, o, n(0, o)) for o in range(10)]
+    again = [(0, o, n(0, o, 1)) for o in range(15) if o != 10]
+    found = _judged(EosLive(), lambda L: L.read_source(0, [(o, n(0, o)) for o in range(10)]),
+                    lambda L: L.read_output(0, list(enumerate(old)), 10), lambda L: L.committed({0: 12}, {0: 10}),
+                    lambda L: L.judge(), lambda L: L.read_source(0, [(o, n(0, o, 1)) for o in range(15)]),
+                    lambda L: L.committed({0: 12}, {0: 10}), lambda L: L.judge(),
+                    lambda L: L.read_output(0, [(10 + i, c) for i, c in enumerate(again)], 24),
+                    lambda L: L.committed({0: 15}, {0: 24}), lambda L: L.judge())
+    held = {0: {o: n(0, o, 1) for o in range(15)}}
+    assert found == [10] and eos_verdict({0: range(15)}, {0: 15}, {0: 15}, old + again, held=held).losses == ((0, 10),)
+    g1 = [(0, o, n(0, o, 1)) for o in range(12, 15)]
+    g2 = [(0, o, n(0, o, 2)) for o in range(15, 21)]
+    found = _judged(EosLive(), lambda L: L.read_source(0, [(o, n(0, o)) for o in range(10)]),
+                    lambda L: L.read_output(0, list(enumerate(old)), 10), lambda L: L.committed({0: 12}, {0: 10}),
+                    lambda L: L.judge(), lambda L: L.read_source(0, [(o, n(0, o, 1)) for o in range(15)]),
+                    lambda L: L.read_output(0, [(10 + i, c) for i, c in enumerate(g1)], 13),
+                    lambda L: L.read_source(0, [(o, n(0, o, 2)) for o in range(21)]),
+                    lambda L: L.read_output(0, [(13 + i, c) for i, c in enumerate(g2)], 19),
+                    lambda L: L.committed({0: 21}, {0: 19}), lambda L: L.judge())
+    held = {0: {o: n(0, o, 2) for o in range(21)}}
+    assert found == [] and eos_verdict({0: range(21)}, {0: 21}, {0: 21}, old + g1 + g2, held=held).losses == ()
+    digest = ("x", 123, 60)
+    held = {o: (digest if o == 5 else n(0, o)) for o in range(12)}
+    copies = [(0, o, n(0, o)) for o in range(12) if o not in (6, 7, 8)]
+    found = _judged(EosLive(), lambda L: L.read_output(0, list(enumerate(copies)), len(copies)),
+                    lambda L: L.read_source(0, list(held.items())), lambda L: L.committed({0: 12}, {0: len(copies)}),
+                    lambda L: L.judge())
+    verdict = eos_verdict({0: range(12)}, {0: 12}, {0: 12}, copies, held={0: held})
+    assert found == [6, 7, 8] and verdict.losses == ((0, 6), (0, 7), (0, 8)) and verdict.not_consumed == {}
