@@ -76,8 +76,11 @@ def _command_asked() -> str | None:
 def main() -> None:
     # `kill -USR1 <pid>` prints every thread's Python stack to stderr, even while one holds the GIL:
     # what a hung monitor was doing (the chaos runner and `vigil soak` ask before they kill one)
+    # and a fatal signal (a crash in native code: librdkafka, Arrow) leaves every thread's Python
+    # stack too (a `vigil run` died of SIGSEGV once, with nothing on stderr to say where)
     try:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+        faulthandler.enable(all_threads=True)
     except (AttributeError, OSError, RuntimeError, ValueError):  # no stderr to print to (2>&-): no dump
         pass
     try:
