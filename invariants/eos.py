@@ -172,24 +172,22 @@ def eos_verdict(source: Mapping[int, Iterable[int]], read_to: Mapping[int, int],
     records the pipeline did not consume are not judged (:func:`rewritten_span`).
     """
     copies = Counter(named_copy(c) for c in output)
-    positions = {(p, o) for p, o, _ident in copies}
+    named: dict[int, dict[int, set]] = {}  # partition -> offset -> the records its copies name
+    for p, o, ident in copies:
+        named.setdefault(p, {}).setdefault(o, set()).add(ident)
     start = judge_from or {}
     judged = {p: min(c, read_to.get(p, 0)) for p, c in committed.items()}
     spans: dict[int, tuple[int, int]] = {}
     if held:
-        named: dict[int, dict[int, set]] = {}
-        for p, o, ident in copies:
-            named.setdefault(p, {}).setdefault(o, set()).add(ident)
         for p, records in held.items():
             span = rewritten_span(records, min(records, default=0), read_to.get(p, 0), named.get(p, {}))
             if span is not None:
                 spans[p] = span
     losses = sorted((p, o) for p, offsets in source.items() for o in offsets
-                    if start.get(p, 0) <= o < judged.get(p, 0) and (p, o) not in positions
+                    if start.get(p, 0) <= o < judged.get(p, 0) and o not in named.get(p, {})
                     and not (p in spans and spans[p][0] <= o < spans[p][1]))
     duplicates = sorted((p, o, n) for (p, o, _ident), n in copies.items() if n > 1)
-    named_per_position = Counter((p, o) for p, o, _ident in copies)
-    reused = sum(1 for n in named_per_position.values() if n > 1)
+    reused = sum(1 for per_offset in named.values() for idents in per_offset.values() if len(idents) > 1)
     return EosVerdict(tuple(losses), tuple(duplicates), judged, reused, spans)
 
 
@@ -422,8 +420,7 @@ class EosLive:
         live.judged_to = {int(p): int(v) for p, v in doc.get("judged_to", {}).items()}
         live.lowest_copy = {int(p): int(v) for p, v in doc.get("lowest_copy", {}).items()}
         live.trimmed = {int(q) for q in doc.get("trimmed", [])}
-        live.rewrites = {int(p): [[int(lo), None if resumed is None else int(resumed)]
-                                  for lo, resumed in (spans if spans and isinstance(spans[0], list) else [spans])]
+        live.rewrites = {int(p): [[int(lo), None if resumed is None else int(resumed)] for lo, resumed in spans]
                          for p, spans in doc.get("rewrites", {}).items()}
         live.held = {int(p): {int(o): tuple(i) for o, i in h} for p, h in doc.get("held", {}).items()}
         live.output_at = {int(q): int(v) for q, v in doc.get("output_at", {}).items()}

@@ -89,11 +89,9 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
         c.close()
     # Copies gone with the output's retention: judged only from the oldest copy left.
     judge_from = {q: lowest.get(q, committed.get(q, 0)) for q, (low, _high) in marks.items() if low > 0}
-    source: dict[int, list[int]] = {}
-    held: dict[int, dict[int, tuple]] = {}  # partition -> offset -> the record's identity
+    held: dict[int, dict[int, tuple]] = {}  # partition -> offset read, in order -> the record's identity
 
     def on_source(msg: Any) -> None:
-        source.setdefault(msg.partition(), []).append(msg.offset())
         rec = record_format.decode(msg.value())
         held.setdefault(msg.partition(), {})[msg.offset()] = (
             (rec.writer_id, rec.incarnation, rec.seq) if isinstance(rec, record_format.CanaryRecord)
@@ -104,9 +102,9 @@ def audit(cfg: Config, source_topic: str, output_topic: str, group: str, timeout
         read_to = read_committed_now(c, source_topic, n_src, timeout_s, on_source)
     finally:
         c.close()
-    verdict = eos_verdict(source, read_to, committed, output, judge_from, held)
+    verdict = eos_verdict(held, read_to, committed, output, judge_from, held)
     spans = verdict.not_consumed
-    judged = sum(1 for p, offsets in source.items() for o in offsets
+    judged = sum(1 for p, offsets in held.items() for o in offsets
                  if judge_from.get(p, 0) <= o < verdict.judged.get(p, 0)
                  and not (p in spans and spans[p][0] <= o < spans[p][1]))
-    return EosAudit(verdict, committed, len(output), malformed, sum(map(len, source.values())), judged, drill_copies)
+    return EosAudit(verdict, committed, len(output), malformed, sum(map(len, held.values())), judged, drill_copies)
