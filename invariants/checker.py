@@ -254,12 +254,20 @@ class Checker(TopicLifecycle):
             if self.eos_topic_id:  # a recreated canary topic: its offsets start again
                 self.eos = EosLive(self.settings.horizon_offsets)
             self.eos_topic_id = topic_id  # (the first ID known: what was fed before is its)
+            for (tid, p), reused in self.rewrites.items():  # learnt from the ledger before
+                if tid == topic_id:
+                    for first, count in reused.to_runs():
+                        self.eos.rewritten(p, first, first + count)
         return self.eos
 
     def _eos_judge(self) -> None:
         tid = self.eos_topic_id
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
-        for about, f in self.eos_losses.confirmed(self._view_of):
+        # a loss waits for the ledger as a skip does: the writers' acknowledgements that show its
+        # offset reused by a rewrite may reach the checker a batch or more after the records
+        for about, f in self.eos_losses.confirmed(self._view_of, self._ledger_behind, self.fold.clock_us):
+            if about == tid and self.eos.in_span(f.partition, f.offset):
+                continue  # the log was rewritten under it (its re-read showed it): not judged
             self._eos_violations([f], about)  # (a loss held on a recreated topic's old ID: that ID's)
         self._eos_violations(self.eos_losses.hold(self.eos.judge(starts), tid, self._view_of))
 
@@ -471,6 +479,8 @@ class Checker(TopicLifecycle):
             self.cycles.on_rewritten(key.topic_id, key.partition, changed[0][0])
             if self.group_source and key.topic_id == self.group_topic_id:
                 self.groups.log_rewritten(key.partition, changed[0][0], consumed_again=False)
+            if self.eos_source and key.topic_id == self.current_ids.get(self.eos_source):
+                self._eos_pipeline(key.topic_id).log_rewritten(key.partition, changed[0][0])
         for off, old, r in changed:
             new = None if r is None else r.ident
             report(self.offsets.on_change(key, off, old, new, other))
@@ -570,6 +580,8 @@ class Checker(TopicLifecycle):
                 self.rewrites.setdefault((tid, p), OffsetSet()).add_range(*reused)
                 if self.group_source and tid == self.group_topic_id:
                     self.groups.rewritten(p, *reused, since_ms=since)  # (skips held there: dropped when judged)
+                if self.eos_source and tid == self.eos_topic_id:
+                    self.eos.rewritten(p, *reused)  # (losses held there: dropped when confirmed)
 
     def _ledger_event(self, ev: LedgerEvent) -> None:
         if isinstance(ev, AckedRun):

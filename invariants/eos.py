@@ -37,17 +37,34 @@ there: it passed that offset on the old log, and the new record there was never 
 (that loss is the canary's: ``lost_write`` and the acknowledged-write checks). Nor are the new
 records at offsets where the old log held only transaction markers, which no copy names: the
 audit judges none of a rewritten partition's records from the first offset whose copy names an
-old record to where the pipeline began consuming the new log (:func:`rewritten_span`); live does
-the same with what it reads, in order: a record read at an offset whose copy names another
-canary record starts such a span, the first copy of a record read in it ends it, and the records
-in a span not ended yet wait. Where the pipeline starts again at the log's start, it does consume
-the new record, and a copy of it lost then is hidden by the old record's copy; and a copy lost in
-the pipeline's first transaction on the new log is inside the span. Limits, rare as they need a
-broken pipeline and a rewrite at once. And live sees a rewrite only where its reader reads the new
-log at offsets whose old copies it holds: where it read the new log before those copies arrived,
-or never read the old log at the reused offsets (its position behind the pipeline's when the log
-was rewritten), it judges the new records at the old log's marker offsets, which the audit leaves
-out — a false ``eos_loss`` live (review findings, not seen on the local cluster).
+old record — and the records without a copy of theirs just below it, down to the first with one
+(where the rewrite began at an old marker) — to where the pipeline began consuming the new log
+(:func:`rewritten_span`). Live does the same with what it knows when: a span starts where a record
+read has a copy naming another canary record — whichever of the two came first (found on the
+local cluster: Vigil's reader read the new log before the old copies there reached it, and from
+below where the pipeline had been; live counted 5 losses at the old log's marker offsets, the audit
+0) — or where Vigil's reader read an offset again and found another record or none; it takes in
+the offsets below not judged yet that have no copy of the record read there, down to the first
+that has one; the first copy of a record read in it since ends it, and the records in a span not
+ended yet wait. The writers' acknowledgements going backwards (the checker's ledger evidence, as
+for ``group_skip``) mark offsets reused: none judged there, and a loss waits for the ledger as a
+skip does. A committed offset sampled before any of this was known judges below where the rewrite
+began only, and so does the group's offset while it stays at the value it had then (it passed the
+old log); a second copy at a position (the pipeline consumed from there again) caps the samples
+taken before at that position. A loss is counted once Vigil's reader read its offset again, from
+the offset with a copy below it: a record gone or another there shows the log rewritten under
+the judgement, and the loss is dropped.
+
+Limits. Where the pipeline starts again at the log's start, it does consume the new record, and a
+copy of it lost then is hidden by the old record's copy; a copy lost in the pipeline's first
+transaction on the new log, or just below where a rewrite began, is inside the span (rare: a
+broken pipeline and a rewrite at once). And one rewrite nothing shows: new records above the old
+log's last record but below the offset the pipeline committed past the old log's tail of
+transaction markers — no copy names an old record there, no acknowledgement goes back, no read
+finds another record — so the stale committed offset passes them until the pipeline commits
+again; live counts such a record lost if it judges it meanwhile (after a reset to the log's start
+the pipeline copies it later and the audit counts nothing). Shown on generated histories
+(``tests/unit/invariants/test_eos_rewrites.py``), not seen on the local cluster.
 
 Both are ``broken``: no configuration allows them. A record a reader of the source never read
 (deleted by retention before it was read, a torn log) is not judged.
@@ -147,12 +164,21 @@ def rewritten_span(held: Mapping[int, Ident], read_from: int, read_to: int,
     below it never reach it — among them records at offsets where the old log held only
     transaction markers, which no copy names (found on the local cluster: a partition wiped under
     the worker, 262 false ``eos_loss`` in the audit). Where it starts again at the log's start
-    instead, its first copies are of the new log: nothing is left out."""
+    instead, its first copies are of the new log: nothing is left out.
+
+    The span also takes in the records below that lowest offset without a copy of theirs, down to
+    the first record with one: where the rewrite began at an offset the old log held a transaction
+    marker at, no copy names an old record there, and the new record was not the pipeline's either.
+    (A copy the pipeline lost right below a rewrite is left out with them.)"""
     lo = min((o for o, idents in named.items() if read_from <= o < read_to
               and (o not in held or is_canary(held[o]))  # (a malformed record there: a digest, no rewrite)
               and any(isinstance(i, tuple) and held.get(o) != i for i in idents)), default=None)
     if lo is None:
         return None
+    for o in sorted((o for o in held if read_from <= o < lo), reverse=True):  # (see below)
+        if held[o] in named.get(o, ()) or (not is_canary(held[o]) and o in named):
+            break
+        lo = o
     resumed = min((o for o, idents in named.items() if o >= lo and o in held and held[o] in idents),
                   default=read_to)
     return (lo, resumed)
@@ -198,6 +224,9 @@ class EosFinding:
     offset: int  # of the source
     copies: int  # in the committed output when judged
     record: Ident | None = None  # eos_duplicate: the source record its copies name (writer_id, inc, seq), if known
+    # eos_loss: where its re-read starts (the highest offset below with a copy, else its own): a
+    # record there gone or another one shows the log rewritten under the judgement
+    since: int = field(default=-1, compare=False)
 
 
 class EosLive:
@@ -243,25 +272,41 @@ class EosLive:
         # first; the last one's resumed None while the pipeline has copied none of the new log there
         self.rewrites: dict[int, list[list]] = {}
         self.held: dict[int, dict[int, Ident]] = {}  # source p -> records read in the last span, not judged yet
+        # source p -> offset -> the canary record read there, for the offsets not judged yet, in the
+        # order read (a record read again moves to the end): a copy arriving after its offset was
+        # read can show the partition rewritten too
+        self.idents: dict[int, dict[int, Ident]] = {}
+        # source p -> [lo, hi) ranges the writers' acknowledgements going backwards showed reused by a
+        # rewrite (the checker's ledger evidence): not judged
+        self.reused: dict[int, list[list[int]]] = {}
+        # source p -> [the committed offset sampled when a rewrite was learnt, where it began]: while
+        # the group's offset stays at that value it passed the old log, and judges below there only
+        self.stale: dict[int, list[int]] = {}
 
     def read_source(self, partition: int, records: Iterable[int | tuple[int, Ident]]) -> None:
         """``records``: offsets, or (offset, the record's identity) — with identities, a record at
         an offset whose copy names another (old) record shows the partition rewritten."""
         items = [(r, None) if isinstance(r, int) else (r[0], r[1]) for r in records]
-        self._rewritten(partition, items)
         below = self.judged_to.get(partition, 0)
+        idents = self.idents.setdefault(partition, {})
+        for o, ident in items:
+            if o >= below:
+                idents.pop(o, None)
+                if ident is not None and is_canary(ident):
+                    idents[o] = ident
         fresh = [o for o, _ident in items if o >= below]
+        pending = self.unjudged.setdefault(partition, set())
+        pending.update(fresh)
+        self._rewritten(partition, items)
         if fresh:
-            pending = self.unjudged.setdefault(partition, set())
-            pending.update(fresh)
             self.read_to[partition] = max(self.read_to.get(partition, 0), max(fresh) + 1)
             if len(pending) > self.MAX_UNJUDGED:  # the pipeline that far behind: its oldest are the audit's
                 cut = sorted(pending)[len(pending) - self.MAX_UNJUDGED * 9 // 10]  # a tenth at a time
                 pending.difference_update([o for o in pending if o < cut])
                 self.judged_to[partition] = max(self.judged_to.get(partition, 0), cut)
-                held = self.held.get(partition, {})
-                for o in [o for o in held if o < cut]:
-                    del held[o]
+                for kept in (self.held.get(partition, {}), idents):
+                    for o in [o for o in kept if o < cut]:
+                        del kept[o]
 
     def _names(self, p: int, o: int, ident: Ident) -> bool:
         """Whether a copy at (p, o) names ``ident``."""
@@ -277,14 +322,9 @@ class EosLive:
             if ident is None or not is_canary(ident):
                 continue
             first = seen.get(o)
-            spans = self.rewrites.get(p, [])
             if isinstance(first, tuple) and first != ident and not self._names(p, o, ident):
-                if not spans or (spans[-1][1] is not None and o >= spans[-1][1]):  # (a later rewrite)
-                    spans = self.rewrites.setdefault(p, [])
-                    spans.append([o, None])
-                    self.held[p] = {}
-                elif o < spans[-1][0]:
-                    spans[-1][0] = o
+                self._span_from(p, o)
+            spans = self.rewrites.get(p, [])
             if spans and o >= spans[-1][0]:
                 if self._names(p, o, ident):  # the pipeline copied the record the log holds now
                     self._resumed(spans[-1], o)
@@ -293,6 +333,61 @@ class EosLive:
                     held[o] = ident
                     if len(held) > self.MAX_UNJUDGED:
                         del held[min(held)]
+
+    def _span_from(self, p: int, o: int) -> bool:
+        """The log at ``o`` held another record than a copy there names: a span begins at ``o`` (or
+        the last one, not ended, begins lower), and also covers the offsets below ``o`` not judged
+        yet without a copy of the record read there, down to the first that has one — the new log
+        where this reader read it before the copies showing the rewrite arrived, or where it never
+        read the old log (behind the pipeline when the log was rewritten): among them the new records
+        at offsets where the old log held only transaction markers, which no copy names. Whether a
+        new span began."""
+        idents = self.idents.get(p, {})
+        lo = o
+        for x in sorted((x for x in self.unjudged.get(p, ()) if x < o), reverse=True):
+            ident = idents.get(x)
+            if self._names(p, x, ident) if ident is not None else x in self.copies.get(p, {}):
+                break  # the pipeline copied the record read there (a foreign one: some record there)
+            lo = x
+        self._cap_samples(p, lo)  # taken before this was known: they passed the old log
+        spans = self.rewrites.setdefault(p, [])
+        if not spans or (spans[-1][1] is not None and o >= spans[-1][1]):  # (a later rewrite)
+            spans.append([lo, None])
+            self.held[p] = {}
+            return True
+        if lo < spans[-1][0]:
+            spans[-1][0] = lo
+        return False
+
+    def _cap_samples(self, p: int, o: int) -> None:
+        """The committed offsets sampled so far judge partition p below ``o`` only."""
+        for committed, _ends in self.samples:
+            if committed.get(p, 0) > o:
+                committed[p] = o
+
+    def log_rewritten(self, p: int, o: int) -> None:
+        """Vigil's reader read ``o`` again and found another record there, or none (the checker's
+        re-reads): a span begins there, as where a copy names another record."""
+        self._span_from(p, o)
+
+    def rewritten(self, p: int, lo: int, hi: int) -> None:
+        """Offsets ``[lo, hi)`` of p were reused by a rewrite (the writers' acknowledgements went
+        backwards: :meth:`invariants.checker.Checker.log_went_back`): no record there is judged, and
+        the group's committed offset as sampled last judges below ``lo`` only until it moves — it
+        passed the old log there, where records above the last acknowledged one (transaction
+        markers, aborted records) may be new records now."""
+        ranges = self.reused.setdefault(p, [])
+        if [lo, hi] not in ranges:
+            ranges.append([lo, hi])
+        self._cap_samples(p, lo)
+        last = next((c[p] for c, _e in reversed(self.samples) if p in c), None)
+        if last is not None and last > lo:
+            self.stale[p] = [last, lo]
+
+    def in_span(self, p: int, o: int) -> bool:
+        """Whether ``o`` is in a span of a rewritten log (ended or not), or in offsets a rewrite reused."""
+        return (any(lo <= o and (resumed is None or o < resumed) for lo, resumed in self.rewrites.get(p, ()))
+                or any(lo <= o < hi for lo, hi in self.reused.get(p, ())))
 
     @staticmethod
     def _resumed(span: list, o: int) -> None:
@@ -309,12 +404,20 @@ class EosLive:
             seen = self.copies.setdefault(p, {})
             self.lowest_copy[p] = min(self.lowest_copy.get(p, o), o)
             below = max(below, out_offset + 1)
+            read = self.idents.get(p, {}).get(o)
+            if (isinstance(ident, tuple) and read is not None and read != ident and is_canary(ident)
+                    and not self._names(p, o, read)):
+                self._copy_shows_rewrite(p, o)
             spans = self.rewrites.get(p)
             if spans and o >= spans[-1][0] and ident is not None and self.held.get(p, {}).get(o) == ident:
                 self._resumed(spans[-1], o)  # a copy of the record read there since
             if o not in seen:
                 seen[o] = ident
                 continue
+            # a second copy at a position: the pipeline consumed from there again (an abort, a restart,
+            # a reset to a rewritten log's start), so a committed offset sampled before may have
+            # passed records it has still to consume
+            self._cap_samples(p, o)
             if seen[o] == UNNAMED_BEFORE:
                 ident = UNNAMED_BEFORE
             counts = self.more.setdefault((p, o), {seen[o]: 1})
@@ -324,10 +427,32 @@ class EosLive:
         self.output_at[partition] = max(below, reader_at or 0)
         return found
 
+    def _copy_shows_rewrite(self, p: int, o: int) -> None:
+        """A copy arrived naming another canary record than the one read at ``o`` (not judged yet):
+        the live :func:`rewritten_span` from the copy's side. A new span's records are those read
+        since the one at ``o`` (in the order read: what was read before it is the older log); any
+        the pipeline has copied already end it."""
+        if not self._span_from(p, o):
+            return
+        idents = self.idents.get(p, {})
+        order = list(idents)
+        since = order[order.index(o):]
+        span = self.rewrites[p][-1]
+        held = self.held[p] = {x: idents[x] for x in since if x >= span[0]}
+        for x, ident in held.items():
+            if self._names(p, x, ident):
+                self._resumed(span, x)
+
     def committed(self, offsets: Mapping[int, int], output_ends: Mapping[int, int],
                   output_trimmed: Iterable[int] = ()) -> None:
         """``output_trimmed``: output partitions whose log start is past 0 (retention removed copies)."""
-        self.samples.append((dict(offsets), dict(output_ends)))
+        offsets = dict(offsets)
+        for p, (value, lo) in list(self.stale.items()):
+            if offsets.get(p) == value:
+                offsets[p] = min(value, lo)
+            elif p in offsets:
+                del self.stale[p]  # the group committed since: on the new log
+        self.samples.append((offsets, dict(output_ends)))
         self.trimmed = set(output_trimmed)
         # The oldest is the first to be ready, the newest judges the most: those two are kept.
         if len(self.samples) > self.MAX_SAMPLES:
@@ -350,6 +475,7 @@ class EosLive:
             if limit <= self.judged_to.get(p, 0):
                 continue
             pending = self.unjudged.get(p, set())
+            idents = self.idents.get(p, {})
             seen = self.copies.get(p, {})
             floor = (log_start or {}).get(p, 0)
             if p in self.trimmed:
@@ -360,10 +486,13 @@ class EosLive:
                 if waiting is not None and o >= waiting:
                     continue  # in a span not ended yet: judged once the pipeline's first copy there ends it
                 pending.discard(o)
-                if any(lo <= o < resumed for lo, resumed in spans if resumed is not None):
+                idents.pop(o, None)
+                if any(lo <= o < resumed for lo, resumed in spans if resumed is not None) or any(
+                        lo <= o < hi for lo, hi in self.reused.get(p, ())):
                     continue  # a rewritten log's record the pipeline did not consume
                 if o >= floor and o not in seen:
-                    found.append(EosFinding("eos_loss", p, o, 0))
+                    below = [x for x in seen if x < o]  # (rare: a loss)
+                    found.append(EosFinding("eos_loss", p, o, 0, since=max(below, default=o)))
             self.judged_to[p] = limit
             held = self.held.get(p)
             if held and waiting is None:
@@ -394,6 +523,10 @@ class EosLive:
                 "trimmed": sorted(self.trimmed),
                 "rewrites": {str(p): [list(s) for s in spans] for p, spans in self.rewrites.items() if spans},
                 "held": {str(p): [[o, list(i)] for o, i in sorted(h.items())] for p, h in self.held.items() if h},
+                # in the order read: runs of a writer's records read one after another
+                "idents": {str(p): _ordered_runs(m) for p, m in self.idents.items() if m},
+                "reused": {str(p): r for p, r in self.reused.items() if r},
+                "stale": {str(p): v for p, v in self.stale.items()},
                 "output_at": {str(q): v for q, v in self.output_at.items()},
                 "samples": [[{str(k): v for k, v in c.items()}, {str(k): v for k, v in e.items()}]
                             for c, e in self.samples]}
@@ -423,7 +556,24 @@ class EosLive:
         live.rewrites = {int(p): [[int(lo), None if resumed is None else int(resumed)] for lo, resumed in spans]
                          for p, spans in doc.get("rewrites", {}).items()}
         live.held = {int(p): {int(o): tuple(i) for o, i in h} for p, h in doc.get("held", {}).items()}
+        live.reused = {int(p): [[int(lo), int(hi)] for lo, hi in r] for p, r in doc.get("reused", {}).items()}
+        live.stale = {int(p): [int(v), int(lo)] for p, (v, lo) in doc.get("stale", {}).items()}
+        live.idents = {int(p): {o + i: (w, inc, seq + i) for w, inc, seq, o, n in runs for i in range(n)}
+                       for p, runs in doc.get("idents", {}).items()}
         live.output_at = {int(q): int(v) for q, v in doc.get("output_at", {}).items()}
         live.samples = [({int(k): int(v) for k, v in c.items()}, {int(k): int(v) for k, v in e.items()})
                         for c, e in doc.get("samples", [])]
         return live
+
+
+def _ordered_runs(records: Mapping[int, Ident]) -> list[list]:
+    """``records`` (offset -> canary identity, in the order read) as runs ``[writer_id, inc, seq,
+    offset, count]`` of consecutive seqs at consecutive offsets, in that order."""
+    out: list[list] = []
+    for o, (w, inc, seq) in records.items():
+        last = out[-1] if out else None
+        if last is not None and last[0] == w and last[1] == inc and last[2] + last[4] == seq and last[3] + last[4] == o:
+            last[4] += 1
+        else:
+            out.append([w, inc, seq, o, 1])
+    return out

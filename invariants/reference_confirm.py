@@ -12,7 +12,8 @@ passed them, and live counted 12 skips that the audit, which reads the final log
 pipeline's group passes the same offsets the same way.
 
 So live, such a finding is a candidate until ``read_committed`` read its offset again (a later
-read than the one that made it). It is counted when a record is still there — whichever record:
+read than the one that made it; an ``eos_loss`` from the offset with a copy below it on: a record
+gone or another there shows the log rewritten under the judgement, :mod:`invariants.eos`). It is counted when a record is still there — whichever record:
 the audit judges the final log's record at that offset against the same consumption, which is by
 offset — and dropped when none is. A view about to forget the offset, the log start passing it, or
 the topic ending judge it on what the view holds then, as it would have without asking. A
@@ -73,7 +74,8 @@ class FindingsToConfirm(Generic[F]):
                                                  and not v.remembers(f.offset)):
                 rest.append(f)
                 continue
-            self.pending.add(key, [(f.offset, f.offset + 1)], v.epoch, f)
+            since = getattr(f, "since", -1)  # (an eos_loss: read again from the copy below it)
+            self.pending.add(key, [(since if 0 <= since < f.offset else f.offset, f.offset + 1)], v.epoch, f)
         return rest
 
     def confirmed(self, view: Callable[[ViewKey], PartitionView],

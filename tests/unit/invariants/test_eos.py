@@ -562,3 +562,71 @@ def test_a_span_not_ended_waits_two_rewrites_keep_both_spans_and_a_digest_starts
                     lambda L: L.judge())
     verdict = eos_verdict({0: range(12)}, {0: 12}, {0: 12}, copies, held={0: held})
     assert found == [6, 7, 8] and verdict.losses == ((0, 6), (0, 7), (0, 8)) and verdict.not_consumed == {}
+
+
+def test_copies_arriving_after_the_new_log_was_read_show_the_rewrite():
+    """Found on the local cluster (the wiped-partition test with the pipeline on): Vigil's reader had
+    read the old log up to 8 when the partition was wiped, the pipeline had copied it up to 15 (its
+    copies reach Vigil's output reader later); the reader then read the new log from 8 on, the
+    pipeline went on from its committed offset 15. The new records at 10 and 11, where the old log
+    held transaction markers, were never the pipeline's: live counted them lost (5 such, the audit
+    0), as it saw no rewrite — no copy of an old record had arrived when the new ones were read, and
+    none at all names 10 or 11. A copy naming another record than the one read at its offset now
+    starts the span too, and the span takes in the offsets below it read without a copy of their
+    record, down to the first with one."""
+    n = name
+    old = [(0, o, n(0, o)) for o in [*range(10), 12, 13, 14]]
+    new = [(0, o, n(0, o, 1)) for o in range(15, 21)]
+    for reader_read_old_tail in (False, True):
+        live = EosLive()
+        found = _judged(live, lambda L: L.read_source(0, [(o, n(0, o)) for o in range(8)]),
+                        lambda L: L.read_output(0, list(enumerate(old[:8])), 8),
+                        lambda L: L.committed({0: 8}, {0: 8}), lambda L: L.judge(),
+                        # the reader's last read of the old log, no copy of it arrived yet
+                        lambda L: L.read_source(0, [(o, n(0, o)) for o in (8, 9)] if reader_read_old_tail else []),
+                        lambda L: L.read_source(0, [(o, n(0, o, 1)) for o in range(8, 21)]),
+                        lambda L: L.committed({0: 21}, {0: 19}),
+                        lambda L: L.read_output(0, [(8 + i, c) for i, c in enumerate(old[8:] + new)], 19),
+                        lambda L: L.judge())
+        assert found == [] and live.rewrites == {0: [[8, 15]]}, (reader_read_old_tail, found, live.rewrites)
+        # saved and restored mid-way, the same
+        live = EosLive()
+        live.read_source(0, [(o, n(0, o)) for o in range(8)])
+        live.read_output(0, list(enumerate(old[:8])), 8)
+        live.read_source(0, [(o, n(0, o, 1)) for o in range(8, 21)])
+        live = EosLive.from_doc(json.loads(json.dumps(live.to_doc())))
+        live.read_output(0, [(8 + i, c) for i, c in enumerate(old[8:] + new)], 19)
+        live.committed({0: 21}, {0: 19})
+        assert live.judge() == [] and live.rewrites == {0: [[8, 15]]}
+    held = {0: {o: n(0, o, 1) for o in range(21)}}
+    verdict = eos_verdict({0: range(21)}, {0: 21}, {0: 21}, old + new, held=held)
+    assert verdict.losses == () and verdict.not_consumed == {0: (0, 15)}
+    # the pipeline lost the copy of a record it consumed on the new log: counted on both sides
+    lossy = [c for c in new if c[1] != 17]
+    found = _judged(EosLive(), lambda L: L.read_source(0, [(o, n(0, o)) for o in range(8)]),
+                    lambda L: L.read_output(0, list(enumerate(old[:8])), 8),
+                    lambda L: L.read_source(0, [(o, n(0, o, 1)) for o in range(8, 21)]),
+                    lambda L: L.read_output(0, [(8 + i, c) for i, c in enumerate(old[8:] + lossy)], 18),
+                    lambda L: L.committed({0: 21}, {0: 18}), lambda L: L.judge())
+    assert found == [17] and eos_verdict({0: range(21)}, {0: 21}, {0: 21}, old + lossy, held=held).losses == ((0, 17),)
+
+
+def test_a_span_takes_in_new_records_below_it_the_reader_read_behind_the_pipeline():
+    """Vigil's reader behind the pipeline when the log was rewritten (it never read the old log at
+    8..14, the pipeline had copied it): the first offset whose copy names an old record is 9 (8 held
+    a transaction marker in the old log); the new record at 8, read without a copy, is in the span
+    too, as the audit's span starts where the log's first reused offset is."""
+    n = name
+    old = [(0, o, n(0, o)) for o in [*range(8), *range(9, 15)]]
+    new = [(0, o, n(0, o, 1)) for o in range(15, 21)]
+    live = EosLive()
+    found = _judged(live, lambda L: L.read_source(0, [(o, n(0, o)) for o in range(8)]),
+                    lambda L: L.read_output(0, list(enumerate(old)), 14),
+                    lambda L: L.committed({0: 8}, {0: 14}), lambda L: L.judge(),
+                    lambda L: L.read_source(0, [(o, n(0, o, 1)) for o in range(8, 21)]),
+                    lambda L: L.read_output(0, [(14 + i, c) for i, c in enumerate(new)], 20),
+                    lambda L: L.committed({0: 21}, {0: 20}), lambda L: L.judge())
+    assert found == [] and live.rewrites == {0: [[8, 15]]}, (found, live.rewrites)
+    held = {0: {**{o: n(0, o) for o in range(8)}, **{o: n(0, o, 1) for o in range(8, 21)}}}
+    verdict = eos_verdict({0: range(21)}, {0: 21}, {0: 21}, old + new, held=held)
+    assert verdict.losses == () and verdict.not_consumed == {0: (8, 15)}
