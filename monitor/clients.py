@@ -8,6 +8,7 @@ else gets real confluent-kafka clients, configured by :mod:`monitor.client_confi
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -68,6 +69,10 @@ def refusals(client: str, config: Config, ledger: bool = False,
 # Every client this process opened, by cluster (ledger or not): a rotated SASL password is given
 # to them all (monitor.credentials). Weak: a client nobody holds any more is not kept alive here.
 OPEN: dict[bool, weakref.WeakSet] = {False: weakref.WeakSet(), True: weakref.WeakSet()}
+# Held while a consumer closes and while a password is given to an open client: confluent-kafka's
+# close() frees the client with the interpreter lock released before it marks the client closed, so
+# a call from another thread in that window would use freed memory
+CLOSING = threading.Lock()
 
 C = TypeVar("C")
 
@@ -110,6 +115,12 @@ class ReportingConsumer(Consumer):
         super().__init__(conf)
         self._refused = refused
 
+    def close(self) -> None:
+        with CLOSING:
+            for open_clients in OPEN.values():
+                open_clients.discard(self)
+            super().close()
+
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
         msgs = super().consume(num_messages, timeout)
         for m in msgs:
@@ -143,10 +154,11 @@ def _asked_again(call: Callable[[], T], worth_retrying: Callable[[KafkaError], b
             time.sleep(pause_s)
 
 
-def watermarks(client: Consumer, topic: str, partition: int, within_s: float = 60.0) -> tuple[int, int]:
+def watermarks(client: Consumer, topic: str, partition: int, within_s: float = 60.0,
+               timeout_s: float = 10.0) -> tuple[int, int]:
     """A partition's (low, high) watermarks, asked again for up to within_s while its leadership
     moves (a broker restarting, a preferred-leader election): the answer is only late, not wrong."""
-    return _asked_again(lambda: client.get_watermark_offsets(TopicPartition(topic, partition), timeout=10),
+    return _asked_again(lambda: client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s),
                         lambda err: err.code() in MOVING_LEADERSHIP, within_s, 0.5)
 
 

@@ -73,9 +73,10 @@ class CredentialWatch:
             for ledger in sets:
                 for client in _snapshot(clients.OPEN[ledger]):
                     try:
-                        client.set_sasl_credentials(sec.sasl_username, password)
+                        with clients.CLOSING:  # not while it closes (clients.CLOSING)
+                            client.set_sasl_credentials(sec.sasl_username, password)
                         given += 1
-                    except (RuntimeError, KafkaException):  # a client closed meanwhile
+                    except (RuntimeError, KafkaException):  # a client closed before
                         continue
             with self.lock:
                 self.current[cluster] = password

@@ -55,11 +55,17 @@ class EosFeed:
             if src is None or out is None or src.error is not None or out.error is not None:
                 raise LookupError("topics not there")
             committed = committed_by(c, self.cfg.canary.name, src.partitions, timeout_s=3)
-            marks = {q: clients.watermarks(self._ends, self.topic, q, within_s=2) for q in out.partitions}
+            marks = {q: clients.watermarks(self._ends, self.topic, q, within_s=2, timeout_s=2) for q in out.partitions}
             return committed, {q: high for q, (_low, high) in marks.items()}, [q for q, (low, _h) in marks.items() if low > 0]
         except Exception:  # noqa: BLE001 (a sample is optional: the next batch takes another)
             self.failed_samples += 1
             return None
+        finally:
+            # never assigned, these consumers are polled for nothing but their queued events (errors
+            # while brokers are down): served here, they do not pile up until close()
+            for c in (self._consumer, self._ends):
+                if c is not None:
+                    c.poll(0)
 
     def close(self) -> None:
         with self._lock:  # not while a sample is being taken
