@@ -352,27 +352,36 @@ class TransactionsFamily:
         t = self.track(tkey)
         t.reads_changed()
         t.intended_abort |= run.intended_abort
-        writes = [WriteKey(topic_id, partition, run.writer_id, run.inc, run.seq + i) for i in range(run.count)]
+        # (tuple.__new__ skips the named tuple's argument handling: a run of a transaction is up to a
+        # hundred records, read by both readers)
+        make = tuple.__new__
+        writes = [make(WriteKey, (topic_id, partition, run.writer_id, run.inc, seq))
+                  for seq in range(run.seq, run.seq + run.count)]
         out: list[Violation] = []
         if iso is not RC:
-            for wkey in writes:
-                if wkey not in t.ru_reads:
-                    t.ru_reads.add(wkey)
-                    if t.outcome is TxnOutcome.ABORTED:
-                        self.aborted_allowed += 1
+            seen = t.ru_reads
+            before = len(seen)
+            seen.update(writes)
+            if t.outcome is TxnOutcome.ABORTED:
+                self.aborted_allowed += len(seen) - before
             return out
         t.size = t.size or run.txn_size
+        indexes = t.indexes
+        first, step = run.txn_index, run.txn_step
         for i, wkey in enumerate(writes):
-            t.indexes.setdefault(wkey, run.txn_index + i * run.txn_step)
+            if wkey not in indexes:
+                indexes[wkey] = first + i * step
         span = self.spans.setdefault((tkey.writer_id, tkey.inc, topic_id, partition), [tkey.txn_id, tkey.txn_id])
         span[0], span[1] = min(span[0], tkey.txn_id), max(span[1], tkey.txn_id)
         if not t.judged:
             self.headed.add(tkey)
-        for i, wkey in enumerate(writes):
-            if wkey not in t.rc_reads:
-                t.rc_reads[wkey] = run.offset + i
-                if t.outcome is TxnOutcome.ABORTED or (t.intended_abort and t.classed):
-                    out.extend(self._aborted_read(t, wkey, run.offset + i))
+        rc = t.rc_reads
+        judged_now = t.outcome is TxnOutcome.ABORTED or (t.intended_abort and t.classed)
+        for wkey, off in zip(writes, range(run.offset, run.offset + run.count)):
+            if wkey not in rc:
+                rc[wkey] = off
+                if judged_now:
+                    out.extend(self._aborted_read(t, wkey, off))
                 elif t.intended_abort:  # counted once the ledger says anything of it (its class)
                     self.judge_queue.add(tkey)
         return out

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
@@ -119,7 +120,7 @@ def load(directory: Path, settings: Settings, watched: tuple[str, ...] = ()) -> 
                              "history (the Spark checkpoint inside it goes with it)")
         return WatchState(settings, watched)
     try:
-        doc = json.loads(path.read_bytes())
+        doc = orjson.loads(path.read_bytes())
     except (OSError, ValueError) as exc:  # a torn or foreign file must not be silently replaced
         raise StateError(f"{path}: unreadable checker state ({exc}); {REBUILD_HINT}") from None
     if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
@@ -183,11 +184,20 @@ def own(directory: Path, purpose: str = "a monitor") -> Owner:
     return Owner(fd)
 
 
+def encode(doc: dict) -> bytes:
+    """The state document as compact JSON (orjson; the standard library's encoder for anything
+    orjson refuses, such as an integer beyond 64 bits: the same document, slower)."""
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # (orjson.JSONEncodeError is one)
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
 def save(directory: Path, state: WatchState) -> int:
     """Atomically replace the saved state; returns its size in bytes. A failed write leaves the
     state saved before intact (and no partial file behind) and raises :class:`StateSaveError`."""
     tmp = directory / (STATE_FILE + ".tmp")
-    data = json.dumps(state.to_doc(), separators=(",", ":")).encode()
+    data = encode(state.to_doc())
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tmp.open("wb") as f:

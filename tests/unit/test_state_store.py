@@ -74,3 +74,12 @@ def test_latencies_saved_over_the_buckets_before_are_carried_over_to_today_s(tmp
     for i, bound in enumerate((*E2E_BUCKETS_BEFORE, float("inf"))):  # the same count at or below each old bound
         j = len(E2E_BUCKETS) if bound == float("inf") else E2E_BUCKETS.index(bound)
         assert sum(counts[:j + 1]) == sum(old[:i + 1])
+
+
+def test_the_state_is_encoded_as_the_standard_library_would_read_it_whatever_it_holds():
+    """orjson, with the standard library's encoder for what orjson refuses (an integer beyond 64 bits)."""
+    encode = state_store.encode
+    doc = {"ids": [2**64 - 1, -(2**63), 0], "f": [1.5, 1e-7, 1795824245.123456], "s": "é", "t": (1, 2), 3: {"k": None}}
+    assert json.loads(encode(doc)) == json.loads(json.dumps(doc))
+    big = {"x": [2**64, 2**70]}
+    assert json.loads(encode(big)) == big
