@@ -172,6 +172,18 @@ def signal_group_members(run: "Background", sig: int) -> int:
     return sent
 
 
+def signal_eos_worker(run: "Background", sig: int) -> int:
+    """Send ``sig`` to the EOS pipeline's worker a background ``vigil run`` started (the Java one or
+    its librdkafka twin); how many processes."""
+    sent = 0
+    for child in psutil.Process(run.proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any("EosWorker" in arg or "monitor.eos.rdkafka_worker" in arg for arg in child.cmdline()):
+                child.send_signal(sig)
+                sent += 1
+    return sent
+
+
 def violations(port: int) -> dict[tuple[str, str], int]:
     """(invariant, isolation) -> count, whatever the durability class."""
     out: dict[tuple[str, str], int] = {}
