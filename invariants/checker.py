@@ -541,7 +541,9 @@ class Checker(TopicLifecycle):
                     key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
                 self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
                 self._group_violations(key.topic_id, self.group_skips.unconfirmed(key, v, cut))
-                self._eos_violations(self.eos_losses.unconfirmed(key, v, cut), key.topic_id)
+                self._eos_violations([f for f in self.eos_losses.unconfirmed(key, v, cut)
+                                      if not (key.topic_id == self.eos_topic_id and self.eos.in_span(f.partition, f.offset))],
+                                     key.topic_id)
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)
             self.sequence.forget(key, v)

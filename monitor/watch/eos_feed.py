@@ -65,7 +65,10 @@ class EosFeed:
             # while brokers are down): served here, they do not pile up until close()
             for c in (self._consumer, self._ends):
                 if c is not None:
-                    c.poll(0)
+                    try:
+                        c.poll(0)
+                    except Exception:  # noqa: BLE001 (serving events is optional too)
+                        pass
 
     def close(self) -> None:
         with self._lock:  # not while a sample is being taken

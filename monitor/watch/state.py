@@ -120,7 +120,7 @@ def load(directory: Path, settings: Settings, watched: tuple[str, ...] = ()) -> 
                              "history (the Spark checkpoint inside it goes with it)")
         return WatchState(settings, watched)
     try:
-        doc = orjson.loads(path.read_bytes())
+        doc = json.loads(path.read_bytes())  # (once per start: exact for any integer, and a state saved with NaN)
     except (OSError, ValueError) as exc:  # a torn or foreign file must not be silently replaced
         raise StateError(f"{path}: unreadable checker state ({exc}); {REBUILD_HINT}") from None
     if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:

@@ -630,3 +630,25 @@ def test_a_span_takes_in_new_records_below_it_the_reader_read_behind_the_pipelin
     held = {0: {**{o: n(0, o) for o in range(8)}, **{o: n(0, o, 1) for o in range(8, 21)}}}
     verdict = eos_verdict({0: range(21)}, {0: 21}, {0: 21}, old + new, held=held)
     assert verdict.losses == () and verdict.not_consumed == {0: (8, 15)}
+
+
+def test_the_groups_offset_sampled_when_a_rewrite_was_learnt_judges_below_it_until_it_moves():
+    """Found by a review: the rule was dead (the samples were capped before the last value was read).
+    The group committed 8 on the old log (past its transaction markers at 6 and 7); the ledger shows
+    4..5 reused; the new records at 6 and 7 are read; a sample still at 8 passed the old log only."""
+    n = name
+    live = EosLive()
+    live.read_source(0, [(o, n(0, o)) for o in range(6)])
+    live.read_output(0, [(o, (0, o, n(0, o))) for o in range(6)], 6)
+    live.committed({0: 8}, {0: 6})
+    assert live.judge() == []
+    live.rewritten(0, 4, 6)
+    live.read_source(0, [(6, n(0, 6, 1)), (7, n(0, 7, 1))])
+    live.committed({0: 8}, {0: 6})
+    live = EosLive.from_doc(json.loads(json.dumps(live.to_doc())))
+    live.committed({0: 8}, {0: 6})
+    assert live.judge() == [] and live.judged_to[0] <= 6
+    # the group commits on the new log: judged from then on (the pipeline lost the copy of 7)
+    live.read_output(0, [(6, (0, 6, n(0, 6, 1)))], 7)
+    live.committed({0: 9}, {0: 7})
+    assert [f.offset for f in live.judge()] == [7]
