@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import signal
 import sys
@@ -39,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "status": ("status_cmd", "status", False),
 }
 
+
+
+GC_THRESHOLDS = (100_000, 50, 100)  # gc.set_threshold for every vigil command (see main)
 
 def build_app(only: str | None = None) -> typer.Typer:
     """The command line with every command, or with ``only`` that one (what it needs is imported)."""
@@ -83,6 +87,12 @@ def main() -> None:
         faulthandler.enable(all_threads=True)
     except (AttributeError, OSError, RuntimeError, ValueError):  # no stderr to print to (2>&-): no dump
         pass
+    # The checker keeps millions of small objects (its state), and the collector's default (a young
+    # collection every 700 allocations, an old one walking the whole heap every so many) spent about
+    # 45 % of the checking time on them: measured with `vigil bench --records 2000000 --only checker`,
+    # check 3.7 -> 2.0-2.1 s, the rate +12-16 %, peak RSS unchanged (two runs each, alternating).
+    # Reference counting frees almost everything; cycles wait a little longer.
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         build_app(_command_asked())()
     except VigilError as exc:
