@@ -266,10 +266,16 @@ class Checker(TopicLifecycle):
         # a loss waits for the ledger as a skip does: the writers' acknowledgements that show its
         # offset reused by a rewrite may reach the checker a batch or more after the records
         for about, f in self.eos_losses.confirmed(self._view_of, self._ledger_behind, self.fold.clock_us):
-            if about == tid and self.eos.in_span(f.partition, f.offset):
-                continue  # the log was rewritten under it (its re-read showed it): not judged
-            self._eos_violations([f], about)  # (a loss held on a recreated topic's old ID: that ID's)
+            # (a loss held on a recreated topic's old ID: that ID's)
+            self._eos_violations(self._eos_not_rewritten([f], about), about)
         self._eos_violations(self.eos_losses.hold(self.eos.judge(starts), tid, self._view_of))
+
+    def _eos_not_rewritten(self, losses: list[EosFinding], topic_id: str) -> list[EosFinding]:
+        """Those of ``losses`` (about ``topic_id``) the pipeline's log was not rewritten under (a re-read
+        or the ledger showed it since they were found)."""
+        if topic_id != self.eos_topic_id:
+            return losses
+        return [f for f in losses if not self.eos.in_span(f.partition, f.offset)]
 
     def _pending(self) -> tuple[Pending, ...]:
         """Every family's verdicts waiting for a re-read (:mod:`invariants.confirm`)."""
@@ -541,8 +547,7 @@ class Checker(TopicLifecycle):
                     key, v, cut, self.log_start.get((key.topic_id, key.partition), 0)))
                 self.sink.extend(self.sequence.judge_unconfirmed(key, v, cut))
                 self._group_violations(key.topic_id, self.group_skips.unconfirmed(key, v, cut))
-                self._eos_violations([f for f in self.eos_losses.unconfirmed(key, v, cut)
-                                      if not (key.topic_id == self.eos_topic_id and self.eos.in_span(f.partition, f.offset))],
+                self._eos_violations(self._eos_not_rewritten(self.eos_losses.unconfirmed(key, v, cut), key.topic_id),
                                      key.topic_id)
             v.forget(self.settings.horizon_offsets)
             self.acked.forget(key, v)

@@ -65,6 +65,21 @@ def pack_runs(rows: Iterable[tuple]) -> list[list]:
     return [list(run) for run in zip(*columns)]
 
 
+def runs_in_order(rows: Iterable[tuple[int, int, int, int]]) -> list[list[int]]:
+    """Rows ``(writer_id, inc, seq, offset)`` as :func:`pack_runs`' runs, in the order given (no
+    sorting, no numpy: for a few rows, or rows whose order is kept); a row joins the run before it
+    when it is that run's next seq at its next offset."""
+    out: list[list[int]] = []
+    for wid, inc, seq, at in rows:
+        last = out[-1] if out else None
+        if (last is not None and last[0] == wid and last[1] == inc and last[2] + last[4] == seq
+                and last[3] + last[4] == at):
+            last[4] += 1
+        else:
+            out.append([wid, inc, seq, at, 1])
+    return out
+
+
 def unpack_runs(runs: Iterable[list]) -> Iterator[tuple]:
     """The rows of :func:`pack_runs`' runs."""
     for wid, inc, seq, off, n, *same in runs:

@@ -99,7 +99,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from invariants.doc_runs import offset_runs, pack_runs, unpack_runs
+from invariants.doc_runs import offset_runs, pack_runs, runs_in_order, unpack_runs
 from invariants.model import Ident, is_canary
 
 AFTER_ABORT_CLASSES = ("advance", "rewind", "rewind_further", "other")
@@ -404,7 +404,10 @@ class EosLive:
     def in_span(self, p: int, o: int) -> bool:
         """Whether ``o`` is in a span of a rewritten log (ended or not), or in offsets a rewrite reused."""
         return (any(lo <= o and (resumed is None or o < resumed) for lo, resumed in self.rewrites.get(p, ()))
-                or any(lo <= o < hi for lo, hi in self.reused.get(p, ())))
+                or self._reused_at(p, o))
+
+    def _reused_at(self, p: int, o: int) -> bool:
+        return any(lo <= o < hi for lo, hi in self.reused.get(p, ()))
 
     @staticmethod
     def _resumed(span: list, o: int) -> None:
@@ -506,8 +509,7 @@ class EosLive:
                     continue  # in a span not ended yet: judged once the pipeline's first copy there ends it
                 pending.discard(o)
                 idents.pop(o, None)
-                if any(lo <= o < resumed for lo, resumed in spans if resumed is not None) or any(
-                        lo <= o < hi for lo, hi in self.reused.get(p, ())):
+                if any(lo <= o < resumed for lo, resumed in spans if resumed is not None) or self._reused_at(p, o):
                     continue  # a rewritten log's record the pipeline did not consume
                 if o >= floor and o not in seen:
                     copied = sorted(seen) if copied is None else copied
@@ -544,7 +546,7 @@ class EosLive:
                 "rewrites": {str(p): [list(s) for s in spans] for p, spans in self.rewrites.items() if spans},
                 "held": {str(p): [[o, list(i)] for o, i in sorted(h.items())] for p, h in self.held.items() if h},
                 # in the order read: runs of a writer's records read one after another
-                "idents": {str(p): _ordered_runs(m) for p, m in self.idents.items() if m},
+                "idents": {str(p): runs_in_order((*i, o) for o, i in m.items()) for p, m in self.idents.items() if m},
                 "reused": {str(p): r for p, r in self.reused.items() if r},
                 "stale": {str(p): v for p, v in self.stale.items()},
                 "last_committed": {str(p): v for p, v in self.last_committed.items()},
@@ -587,15 +589,3 @@ class EosLive:
                         for c, e in doc.get("samples", [])]
         return live
 
-
-def _ordered_runs(records: Mapping[int, Ident]) -> list[list]:
-    """``records`` (offset -> canary identity, in the order read) as runs ``[writer_id, inc, seq,
-    offset, count]`` of consecutive seqs at consecutive offsets, in that order."""
-    out: list[list] = []
-    for o, (w, inc, seq) in records.items():
-        last = out[-1] if out else None
-        if last is not None and last[0] == w and last[1] == inc and last[2] + last[4] == seq and last[3] + last[4] == o:
-            last[4] += 1
-        else:
-            out.append([w, inc, seq, o, 1])
-    return out

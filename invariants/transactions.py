@@ -80,7 +80,7 @@ from typing import Any, Callable, Container
 
 from invariants.accounting import TxnDecided, TxnWritesAcked, TxnWritesIntended
 from invariants.catalog import Invariant
-from invariants.doc_runs import keeping, unpack_runs
+from invariants.doc_runs import keeping, runs_in_order, unpack_runs
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
 from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
@@ -198,19 +198,8 @@ def _pack_writes(writes: Any) -> list:
     for item in writes:
         w, at = item if isinstance(item[0], WriteKey) else (item, item.seq)
         by_part.setdefault((w.topic_id, w.partition), []).append((w.writer_id, w.inc, w.seq, at))
-    return [[tid, p, _runs_of(rows)] for (tid, p), rows in sorted(by_part.items())]
-
-
-def _runs_of(rows: list[tuple[int, int, int, int]]) -> list[list[int]]:
-    """:func:`invariants.doc_runs.pack_runs` of a few rows (a transaction's), without numpy's cost per call."""
-    out: list[list[int]] = []
-    for wid, inc, seq, at in sorted(rows):
-        last = out[-1] if out else None
-        if last is not None and last[0] == wid and last[1] == inc and last[2] + last[4] == seq and last[3] + last[4] == at:
-            last[4] += 1
-        else:
-            out.append([wid, inc, seq, at, 1])
-    return out
+    # (a transaction's few rows: pack_runs' sorted runs without numpy's cost per call)
+    return [[tid, p, runs_in_order(sorted(rows))] for (tid, p), rows in sorted(by_part.items())]
 
 
 def _unpack_writes(d: dict[str, Any], name: str, valued: bool = False) -> Any:

@@ -40,9 +40,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "status": ("status_cmd", "status", False),
 }
 
-
-
 GC_THRESHOLDS = (100_000, 50, 100)  # gc.set_threshold for every vigil command (see main)
+
 
 def build_app(only: str | None = None) -> typer.Typer:
     """The command line with every command, or with ``only`` that one (what it needs is imported)."""
