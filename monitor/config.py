@@ -328,6 +328,10 @@ class WatchConfig(_Model):
     executor_python: str = Field("", description="the Python Spark's executors run (spark.pyspark.python; it "
                                  "needs numpy and pyarrow, Vigil's own code is shipped to it); empty = the driver's")
     java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")
+    overlap_check: bool = Field(
+        True, description="apply a micro-batch in a thread of its own once it is fetched and written ahead "
+        "(<state>/pending-batches), so that Spark fetches the next meanwhile; false = apply it inside Spark's "
+        "batch handler, Spark waiting (monitor/watch/write_ahead.py: either way each batch is applied once)")
     trigger_ms: int = Field(500, ge=50, description="processing-time trigger interval of the query")
     max_offsets_per_trigger: int = Field(200000, ge=1, description="maxOffsetsPerTrigger of each source, "
                                          "so a catch-up batch stays short")

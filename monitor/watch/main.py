@@ -110,6 +110,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         clients.ensure_topic(clients.admin(cfg), cfg.watch.evidence.topic, 1, cfg.canary.replication_factor,
                              {"cleanup.policy": "compact"})
     runtime.prober.start()
+    runtime.apply_written_ahead()  # what the last run fetched and did not apply, before Spark's next batch
     ticks = None
     if runtime.eos_feed is not None:
         ticks = threading.Thread(target=runtime.eos_ticks, name="vigil-eos-ticks", daemon=True)
@@ -133,6 +134,7 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         runtime.stop.set()
         for q in spark.streams.active:
             q.stop()
+        runtime.finish_applying()
         runtime.prober.join(10)
         runtime.stop_refetching()
         if ticks is not None:

@@ -28,6 +28,7 @@ from monitor.credentials import CredentialWatch
 from monitor.tls_expiry import CertificateExpiryCollector, CertificateWatch
 from monitor.watch import http
 from monitor.watch import state as state_store
+from monitor.watch import write_ahead
 from monitor.watch.batch import EosInput, apply_batch
 from monitor.watch.eos_feed import EosFeed
 from monitor.watch.offset_log import batch_ends, drop_unrunnable_batch
@@ -100,6 +101,7 @@ class WatchRuntime:
         self.last_batch = self.state.last_batch_at  # freshness continues from before a restart
         self.caught_up_at = 0.0
         self.query_runs = threading.Event()  # set once the query completed a trigger (with or without data)
+        self._applier: threading.Thread | None = None  # applying the last batch handed (watch.overlap_check)
         self.last_progress: dict[Any, float] = {}
         self._frontiers: dict[Any, int] = {}
         self.published = self._snapshot()
@@ -142,9 +144,32 @@ class WatchRuntime:
     # -- the batch handler -----------------------------------------------------------------
 
     def handle_batch(self, df: Any, batch_id: int) -> None:
+        """Spark's ``foreachBatch``: fetch and decode the batch, then apply it — here, or (with
+        ``watch.overlap_check``) in the applier thread once written ahead, so that Spark commits it
+        and fetches the next meanwhile (:mod:`monitor.watch.write_ahead` says why that stays
+        exactly once). Whatever was written ahead and not applied yet goes first."""
         if batch_id <= self.state.batch_id:
             return  # replayed after a restart: already applied and saved
         started = time.monotonic()
+        batch = self._fetch(df, batch_id)
+        with self.lock:
+            self.batch_seconds["fetch"] += time.monotonic() - started
+        self.catch_up()  # the batch before (or a failure of its applier raised here), and a crash's
+        if batch_id <= self.state.batch_id:
+            return  # written ahead before a crash, and just applied from there
+        if not self.cfg.watch.overlap_check:
+            self._apply(batch)
+            return
+        try:
+            write_ahead.write(self.dir, batch)
+        except state_store.StateSaveError as exc:  # the batch fails (Spark has not committed it)
+            self._save_failed(exc)
+            raise
+        self._applier = threading.Thread(target=self._apply_in_thread, args=(batch,), name="vigil-apply",
+                                         daemon=True)
+        self._applier.start()
+
+    def _fetch(self, df: Any, batch_id: int) -> write_ahead.PendingBatch:
         table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
         if "kind" not in table.column_names:  # watch.decode_on: the driver decodes what the executors did not
             table = decode_table(table)
@@ -153,14 +178,69 @@ class WatchRuntime:
         # the group canary: where the read_committed reader of the canary stands after this batch
         group_reader_at = (batch_ends(self.cfg.spark_checkpoint_dir(), batch_id, self.cfg.canary.name)
                            if self.cfg.groups.enabled else None)
-        fetched = time.monotonic()
+        return write_ahead.PendingBatch(batch_id, table, eos, group_reader_at)
+
+    def catch_up(self) -> None:
+        """Wait for the applier; then apply, in order, what was written ahead above the saved state
+        (the batch of an applier that failed, or of a monitor that stopped before applying it).
+        Raises as a failed batch does: the query is restarted and this is tried again."""
+        applier = self._applier
+        if applier is not None:
+            applier.join()
+            self._applier = None
+        for i in write_ahead.pending_ids(self.dir, self.state.batch_id):
+            self._apply(write_ahead.read(write_ahead.path_of(self.dir, i)))
+
+    def applying(self) -> bool:
+        """A batch Spark committed is not applied yet (the applier at it, or written ahead)."""
+        applier = self._applier
+        return (applier is not None and applier.is_alive()) or bool(
+            write_ahead.pending_ids(self.dir, self.state.batch_id))
+
+    def apply_written_ahead(self) -> None:
+        """At the start: the batches fetched before the monitor stopped and not saved yet are
+        applied now, before Spark's next (a failed save is said and tried again before that one)."""
+        write_ahead.drop_through(self.dir, self.state.batch_id, temporaries=True)
+        pending = write_ahead.pending_ids(self.dir, self.state.batch_id)
+        if pending:
+            self.progress(f"applying {len(pending)} batch(es) fetched before the restart and not checked yet "
+                          f"({pending[0]}..{pending[-1]})")
+        try:
+            self.catch_up()
+        except state_store.StateSaveError:
+            pass  # said by _save_failed
+
+    def finish_applying(self) -> None:
+        """At the end: the last batch applied (what cannot be is applied at the next start)."""
+        try:
+            self.catch_up()
+        except Exception as exc:  # noqa: BLE001 - kept on disk, applied at the next start
+            self.progress(f"a fetched batch is left to the next start: {type(exc).__name__}: {exc}")
+
+    def taken_id(self) -> int:
+        """The last batch the checker took: saved, or written ahead to be applied."""
+        return max([self.state.batch_id, *write_ahead.pending_ids(self.dir, self.state.batch_id)])
+
+    def _apply_in_thread(self, batch: write_ahead.PendingBatch) -> None:
+        try:
+            self._apply(batch)
+        except state_store.StateSaveError:
+            pass  # said by _save_failed; applied again from its file before the next batch
+        except Exception as exc:  # noqa: BLE001 - applied again from its file before the next batch
+            self.progress(f"batch {batch.batch_id} not applied ({type(exc).__name__}: {exc}): tried again from "
+                          f"{write_ahead.path_of(self.dir, batch.batch_id)} before the next")
+
+    def _apply(self, batch: write_ahead.PendingBatch) -> None:
+        """Apply one fetched batch under the batch lock, save it, and only then publish its counts."""
+        batch_id, table = batch.batch_id, batch.table
         with self.lock:
             if batch_id <= self.state.batch_id:
                 return
+            applying = time.monotonic()
             try:
                 self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
-                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=eos,
-                                                group_reader_at=group_reader_at)
+                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=batch.eos,
+                                                group_reader_at=batch.group_reader_at)
                 checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)
@@ -171,18 +251,18 @@ class WatchRuntime:
                 st.last_batch_at = time.time()
                 self._persist(batch_id, violations)
                 self.rows_in += table.num_rows
-                for phase, secs in (("fetch", fetched - started), ("check", checked - fetched),
-                                    ("persist", time.monotonic() - checked)):
+                for phase, secs in (("check", checked - applying), ("persist", time.monotonic() - checked)):
                     self.batch_seconds[phase] += secs
             except state_store.StateSaveError as exc:
-                # the batch fails (Spark has not committed it): the query is restarted with backoff
-                # and hands it again; /metrics keeps what was saved
+                # the batch fails (Spark has not committed it, or it waits written ahead): applied
+                # again once it can be saved; /metrics keeps what was saved
                 self._revert()
                 self._save_failed(exc)
                 raise
             except BaseException:
                 self._revert()  # drop the half-applied batch
                 raise
+            write_ahead.drop_through(self.dir, batch_id)
             now = time.time()
             self.last_batch = now
             for key, frontier in self.state.checker.frontiers().items():
@@ -395,7 +475,7 @@ class WatchRuntime:
             return
         with self.lock:
             dropped = drop_unrunnable_batch(self.cfg.spark_checkpoint_dir(), self.cfg.canary.name,
-                                            set(range(view.partitions)), self.state.batch_id)
+                                            set(range(view.partitions)), self.taken_id())
         if dropped is not None:
             self.progress(f"batch {dropped} was planned on partitions {self.cfg.canary.name} no longer has "
                           f"(it has {view.partitions}): planned again")
@@ -478,7 +558,7 @@ class WatchRuntime:
         deadline = time.monotonic() + timeout_s
         caught_up = None
         while time.monotonic() < deadline and not self.stop.is_set():
-            if self.caught_up_at > begin:
+            if self.caught_up_at > begin and not self.applying():
                 caught_up = time.monotonic() if caught_up is None else caught_up
                 with self.lock:
                     wanted = self.state.checker.refetch_wanted()

@@ -68,17 +68,28 @@ def batch_with_lost_write(first_seq: int, count: int, lie_seq: int) -> Df:
     return Df(table(rows))
 
 
-@pytest.fixture
-def runtime(tmp_path, monkeypatch):
-    return runtime_maker(tmp_path, monkeypatch)
+@pytest.fixture(params=["in_handler", "overlapped"])
+def runtime(request, tmp_path, monkeypatch):
+    """Each test twice: batches applied in Spark's handler, and applied in the applier thread once
+    written ahead (``watch.overlap_check``), the test then waiting for the applier as Spark's next
+    batch would (:meth:`WatchRuntime.catch_up`: a failure of the applier is raised there)."""
+    return runtime_maker(tmp_path, monkeypatch, overlap=request.param == "overlapped")
 
 
-def runtime_maker(tmp_path, monkeypatch):
+def runtime_maker(tmp_path, monkeypatch, overlap: bool = False):
     """Makes runtimes on one state directory (each a monitor (re)started there)."""
-    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
+    cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}, "watch": {"overlap_check": overlap}})
 
     def make() -> WatchRuntime:
         rt = WatchRuntime(cfg)
+        if overlap:
+            handed = rt.handle_batch
+
+            def handle_and_wait(df, batch_id):
+                handed(df, batch_id)
+                rt.catch_up()
+
+            monkeypatch.setattr(rt, "handle_batch", handle_and_wait)
         rt.prober.view.topic_id = TID  # the canary topic's ID, as the prober's metadata has it
         monkeypatch.setattr(rt.topics, "fresh_id", lambda name: TID)
         monkeypatch.setattr(rt.topics, "topic_name_of", lambda tid: "canary")
@@ -287,7 +298,9 @@ def test_a_full_disk_fails_the_batch_with_a_clear_error_and_nothing_is_lost_or_c
         with pytest.raises(state_store.StateSaveError) as err:
             rt.handle_batch(batch_with_lost_write(40, 40, 1001), 1)
         message = str(err.value)
-        assert "No space left on device (ENOSPC)" in message and state_store.STATE_FILE in message
+        # overlapped, the batch written ahead is the first file the full volume refuses
+        refused = "pending-batches/1.arrow" if rt.cfg.watch.overlap_check else state_store.STATE_FILE
+        assert "No space left on device (ENOSPC)" in message and refused in message
         assert "nothing of this batch is exported" in message and "vigil state rebuild" in message
         assert lost(rt) == [1, 1]  # /metrics keeps what was saved
         assert rt.published.save_failures == {"ENOSPC": 1}
