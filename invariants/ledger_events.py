@@ -40,6 +40,13 @@ class UnconfirmedRun:
     count: int
 
 
+def _write_keys(topic_id: str, partition: int, writer_id: int, inc: int, first_seq: int, count: int) -> list[WriteKey]:
+    """The keys of seqs ``first_seq ..`` of one writer incarnation on one partition (tuple.__new__
+    skips the named tuple's argument handling: a transaction's entries name up to a hundred writes)."""
+    make = tuple.__new__
+    return [make(WriteKey, (topic_id, partition, writer_id, inc, seq)) for seq in range(first_seq, first_seq + count)]
+
+
 @dataclass(frozen=True, slots=True)
 class TxnWritesIntended:
     """A transaction's writes ``first_seq .. first_seq + count - 1`` of one partition, intended."""
@@ -54,8 +61,7 @@ class TxnWritesIntended:
     cls: WriteClass = UNKNOWN_CLASS
 
     def writes(self) -> list[WriteKey]:
-        return [WriteKey(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq + i)
-                for i in range(self.count)]
+        return _write_keys(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq, self.count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +81,8 @@ class TxnWritesAcked:
     ack_ts_us: int = 0  # when the writer had the acks, by its clock (OutcomeRun.done_ts_us)
 
     def writes(self) -> list[tuple[WriteKey, int]]:
-        return [(WriteKey(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq + i),
-                 self.first_offset + i) for i in range(self.count)]
+        keys = _write_keys(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq, self.count)
+        return list(zip(keys, range(self.first_offset, self.first_offset + self.count)))
 
 
 @dataclass(frozen=True, slots=True)

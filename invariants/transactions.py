@@ -261,20 +261,24 @@ class TransactionsFamily:
         t = self.track(tkey)
         t.writes_changed()
         self._first_class(t, ev.cls)
-        for wkey in ev.writes():
-            if wkey not in t.writes:
-                t.writes.add(wkey)
-                if wkey not in t.acked and wkey not in t.decided:  # a checkpoint may name writes already decided
-                    t.undecided_writes += 1
+        new = set(ev.writes())
+        new -= t.writes
+        if new:
+            t.writes |= new
+            # (a checkpoint may name writes already decided: those are not waiting)
+            t.undecided_writes += len(new.difference(t.acked, t.decided))
 
     def on_acked(self, ev: TxnWritesAcked) -> bool:
         """Writes of the transaction were acked; True when read_committed must expect them now."""
         t = self.track(ev.txn)
         t.writes_changed()
         self._first_class(t, ev.cls)
-        for wkey, offset in ev.writes():
-            t.write_decided(wkey)
-            t.acked[wkey] = offset
+        pairs = ev.writes()
+        if t.undecided_writes > 0:  # what TxnTrack.write_decided does for each (the keys are distinct)
+            waiting = {w for w, _ in pairs}
+            waiting &= t.writes
+            t.undecided_writes = max(0, t.undecided_writes - len(waiting.difference(t.acked, t.decided)))
+        t.acked.update(pairs)
         self.judge_queue.add(ev.txn)
         return t.outcome is TxnOutcome.COMMITTED
 

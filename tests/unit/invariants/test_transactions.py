@@ -247,3 +247,35 @@ def test_a_transaction_saved_one_row_per_write_loads_as_the_packed_form_does():
     for doc in (packed, rows):
         back = TxnTrack.from_doc(doc, tab)
         assert (back.writes, back.acked, back.rc_reads, back.ru_reads) == (t.writes, t.acked, t.rc_reads, t.ru_reads)
+
+
+def test_the_writes_a_transaction_waits_for_count_each_once_whatever_the_order_of_intents_and_acks():
+    """A transaction is judged when none of its intended writes waits for an outcome: an intent
+    naming writes already acknowledged or decided (read again after a restart) adds only the others,
+    an ack takes off only writes intended and still waiting, and a repeated entry changes nothing."""
+    from invariants.ledger_events import TxnWritesAcked, TxnWritesIntended
+    from invariants.transactions import TransactionsFamily
+
+    fam = TransactionsFamily(1000)
+    tkey = TxnKey(7, 1, 3)
+
+    def intended(first, count):
+        fam.on_intended(TxnWritesIntended("t", 0, 7, 1, first, count, tkey))
+
+    def acked(first, count, at):
+        fam.on_acked(TxnWritesAcked("t", 0, 7, 1, first, count, at, tkey, 0))
+
+    acked(0, 2, 10)  # seqs 0, 1 acked before any intent names them
+    fam.on_write_decided(WriteKey("t", 0, 7, 1, 2), tkey, fam.txns[tkey].cls)  # seq 2 decided otherwise
+    t = fam.txns[tkey]
+    assert t.undecided_writes == 0
+    intended(0, 6)  # seqs 0..5: only 3, 4, 5 wait
+    assert t.undecided_writes == 3 and len(t.writes) == 6
+    intended(0, 6)  # the same intent again
+    assert t.undecided_writes == 3
+    acked(3, 2, 13)  # 3, 4
+    assert t.undecided_writes == 1 and t.acked[WriteKey("t", 0, 7, 1, 4)] == 14
+    acked(3, 3, 13)  # 3, 4 again and 5
+    assert t.undecided_writes == 0
+    acked(9, 2, 20)  # never intended: nothing was waiting for them
+    assert t.undecided_writes == 0 and len(t.acked) == 7
