@@ -14,6 +14,7 @@ from monitor.audit.reader import read_to_end
 from monitor.cli.common import ConfigOption, console, load_config, print_json, progress
 from monitor.watch import rebuild as rebuilder
 from monitor.watch import state as state_store
+from monitor.watch import write_ahead
 
 app = typer.Typer(help="The watch's saved checker state: check it, rebuild it when it is damaged or lost.",
                   no_args_is_help=True)
@@ -29,8 +30,11 @@ def check(as_json: bool = typer.Option(False, "--json", help="Print the result a
     st = state_store.load(directory, Settings(cfg.watch.settle_offsets, cfg.watch.horizon_offsets),
                           (cfg.canary.name,))
     path = directory / state_store.STATE_FILE
+    pending = write_ahead.pending_ids(directory, st.batch_id)
+    for i in pending:  # fetched, not applied yet: `vigil watch` applies them first, so they must read back
+        write_ahead.read(write_ahead.path_of(directory, i))
     out = {"state": str(path), "exists": path.exists(), "bytes": path.stat().st_size if path.exists() else 0,
-           "batch_id": st.batch_id, "batches": st.batches, "restarts": st.restarts,
+           "batch_id": st.batch_id, "pending_batches": pending, "batches": st.batches, "restarts": st.restarts,
            "records_checked": {iso.value: n for iso, n in st.checker.records_checked.items()},
            "violations": sum(st.checker.counts.values()) + sum(st.liveness.values()),
            "awaiting_rediscovery": sum(st.checker.sink.counted_before.values()),
@@ -42,8 +46,10 @@ def check(as_json: bool = typer.Option(False, "--json", help="Print the result a
         console.print(f"no saved state at {path}: `vigil watch` starts a new history")
         return
     age = f", last batch {time.time() - st.last_batch_at:.0f} s ago" if st.last_batch_at else ""
+    waiting = (f"; {len(pending)} fetched batch(es) to apply first ({pending[0]}..{pending[-1]}, "
+               f"{write_ahead.directory_of(directory)})" if pending else "")
     console.print(f"state OK: {path} ({out['bytes']} bytes), batch {st.batch_id}{age}; "
-                  f"{out['violations']} violation(s) counted, records checked {out['records_checked']}")
+                  f"{out['violations']} violation(s) counted, records checked {out['records_checked']}{waiting}")
 
 
 @app.command("rebuild")

@@ -110,12 +110,12 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         clients.ensure_topic(clients.admin(cfg), cfg.watch.evidence.topic, 1, cfg.canary.replication_factor,
                              {"cleanup.policy": "compact"})
     runtime.prober.start()
-    runtime.apply_written_ahead()  # what the last run fetched and did not apply, before Spark's next batch
     ticks = None
     if runtime.eos_feed is not None:
         ticks = threading.Thread(target=runtime.eos_ticks, name="vigil-eos-ticks", daemon=True)
         ticks.start()
     runtime.start_refetching()
+    runtime.apply_written_ahead()  # what the last run fetched and did not apply, before Spark's next batch
     runtime.certificates.start()
     runtime.credentials.start()
     progress("starting Spark (the first batch takes a few seconds)")

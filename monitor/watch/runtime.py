@@ -102,6 +102,8 @@ class WatchRuntime:
         self.caught_up_at = 0.0
         self.query_runs = threading.Event()  # set once the query completed a trigger (with or without data)
         self._applier: threading.Thread | None = None  # applying the last batch handed (watch.overlap_check)
+        self.apply_error: str | None = None  # why a batch Spark committed is not applied yet, until it is
+        self._apply_failed_at = 0.0
         self.last_progress: dict[Any, float] = {}
         self._frontiers: dict[Any, int] = {}
         self.published = self._snapshot()
@@ -163,7 +165,8 @@ class WatchRuntime:
         try:
             write_ahead.write(self.dir, batch)
         except state_store.StateSaveError as exc:  # the batch fails (Spark has not committed it)
-            self._save_failed(exc)
+            with self.lock:
+                self._save_failed(exc)
             raise
         self._applier = threading.Thread(target=self._apply_in_thread, args=(batch,), name="vigil-apply",
                                          daemon=True)
@@ -222,13 +225,37 @@ class WatchRuntime:
         return max([self.state.batch_id, *write_ahead.pending_ids(self.dir, self.state.batch_id)])
 
     def _apply_in_thread(self, batch: write_ahead.PendingBatch) -> None:
+        self._try_applying(lambda: self._apply(batch), batch.batch_id)
+
+    def _try_applying(self, apply: Callable[[], None], batch_id: int) -> None:
+        """Apply a batch Spark has committed; a failure is kept (not ready meanwhile) and said, and
+        the batch is applied again from its file: before Spark's next batch, and by the re-fetch
+        thread every ``REFETCH_RETRY_S`` while none comes."""
         try:
-            self._apply(batch)
-        except state_store.StateSaveError:
-            pass  # said by _save_failed; applied again from its file before the next batch
-        except Exception as exc:  # noqa: BLE001 - applied again from its file before the next batch
-            self.progress(f"batch {batch.batch_id} not applied ({type(exc).__name__}: {exc}): tried again from "
-                          f"{write_ahead.path_of(self.dir, batch.batch_id)} before the next")
+            apply()
+        except Exception as exc:  # noqa: BLE001 - applied again from its file
+            self.apply_error = f"batch {batch_id} not applied: {type(exc).__name__}: {exc}"[:500]
+            self._apply_failed_at = time.monotonic()
+            if not isinstance(exc, state_store.StateSaveError):  # (that one is said by _save_failed)
+                self.progress(f"{self.apply_error}; tried again from {write_ahead.path_of(self.dir, batch_id)}")
+
+    def retry_written_ahead(self) -> None:
+        """Between batches (the re-fetch thread): a batch whose applier failed is tried again from
+        its file, so that it does not wait for Spark's next batch — none may come."""
+        if self.apply_error is None or time.monotonic() - self._apply_failed_at < REFETCH_RETRY_S:
+            return
+        applier = self._applier
+        if applier is not None and applier.is_alive():
+            return
+        pending = write_ahead.pending_ids(self.dir, self.state.batch_id)
+        if not pending:
+            return
+
+        def apply_pending() -> None:
+            for i in pending:
+                self._apply(write_ahead.read(write_ahead.path_of(self.dir, i)))
+
+        self._try_applying(apply_pending, pending[0])
 
     def _apply(self, batch: write_ahead.PendingBatch) -> None:
         """Apply one fetched batch under the batch lock, save it, and only then publish its counts."""
@@ -263,6 +290,8 @@ class WatchRuntime:
                 self._revert()  # drop the half-applied batch
                 raise
             write_ahead.drop_through(self.dir, batch_id)
+            if not write_ahead.pending_ids(self.dir, batch_id):
+                self.apply_error = None
             now = time.time()
             self.last_batch = now
             for key, frontier in self.state.checker.frontiers().items():
@@ -356,6 +385,7 @@ class WatchRuntime:
             self._refetch_wake.wait(1.0)
             self._refetch_wake.clear()
             if not self.stop.is_set():
+                self.retry_written_ahead()
                 self.service_refetches()
 
     def service_refetches(self) -> None:
@@ -532,6 +562,8 @@ class WatchRuntime:
         limit = max(60.0, 10 * self.cfg.watch.trigger_ms / 1000)
         if self.save_error:
             return False, f"checker state not saved ({self.save_error})"
+        if self.apply_error:
+            return False, self.apply_error
         if not self.status.running:
             return False, f"query not running ({self.status.last_error or 'starting'})"
         if age > limit:

@@ -83,7 +83,9 @@ def path_of(state_dir: Path, batch_id: int) -> Path:
 
 def write(state_dir: Path, batch: PendingBatch) -> Path:
     """Write ``batch`` whole under its id (synced, then renamed in); raises
-    :class:`~monitor.watch.state.StateSaveError` when the volume refuses it (nothing left behind)."""
+    :class:`~monitor.watch.state.StateSaveError` when the volume refuses it. No partial file is left;
+    a whole one may be, when only the directory's sync failed: it is the batch Spark hands again
+    (not committed), and it is applied from there first."""
     final = path_of(state_dir, batch.batch_id)
     tmp = final.with_name(final.name + ".tmp")
     table = batch.table.replace_schema_metadata({META_KEY: _meta(batch)})

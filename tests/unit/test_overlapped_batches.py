@@ -77,7 +77,7 @@ def test_spark_fetches_the_next_batch_while_the_last_one_is_applied(runtime, mon
     handle(batch_with_lost_write(0, 40, 1000), 0)  # returns: Spark commits it and goes on
     assert entered.wait(10) and rt.state.batch_id == -1 and rt.applying()
     assert (rt.dir / "pending-batches" / "0.arrow").exists()
-    rt.on_progress(time.time() + 1)  # a trigger found nothing more: caught up only once it is applied
+    rt.on_progress(time.time() + 60)  # a trigger found nothing more: caught up only once it is applied
     assert not rt.wait_caught_up(timeout_s=0.6)
     fetched = []
 
@@ -176,3 +176,56 @@ def test_a_planned_batch_written_ahead_counts_as_taken(runtime):
     rt.prober.view.partitions = 2
     rt.query_failed("Timeout of 60000ms expired before the position for partition vigil-canary-2 could be determined")
     assert (ck / "offsets" / "0").exists()  # its input is what the checker applies next: never planned again
+
+
+def test_a_failed_applier_is_tried_again_between_batches_and_the_monitor_is_not_ready_meanwhile(runtime, monkeypatch):
+    """No batch may come after the one whose save failed (nothing new to read): the re-fetch thread's
+    round applies it from its file once it can be saved; until then readiness says why not, and the
+    run does not count as caught up."""
+    monkeypatch.setattr(runtime_module, "REFETCH_RETRY_S", 0.0)
+    rt = runtime()
+    rt.status.running = True
+    real_save = state_store.save
+    refusals = []
+
+    def refused(directory, state):
+        refusals.append(state.batch_id)
+        raise state_store.StateSaveError(directory / state_store.STATE_FILE, OSError(28, "No space left on device"))
+
+    monkeypatch.setattr(state_store, "save", refused)
+    raw_handler(rt)(batch_with_lost_write(0, 40, 1000), 0)
+    rt._applier.join(10)
+    ready, why = rt.ready()
+    assert not ready and rt.apply_error and "batch 0 not applied" in rt.apply_error and refusals == [0]
+    rt.record_liveness([])  # a save by the prober that fails too: still not ready, nothing applied
+    rt.retry_written_ahead()  # still full
+    assert rt.state.batch_id == -1 and not rt.ready()[0] and len(refusals) == 3
+    monkeypatch.setattr(state_store, "save", real_save)
+    rt.record_liveness([])  # a save of something else succeeds: the batch is still not applied
+    assert rt.ready() == (False, rt.apply_error)
+    rt.on_progress(time.time() + 60)
+    assert not rt.wait_caught_up(timeout_s=0.3)
+    rt.retry_written_ahead()  # the re-fetch thread's next round
+    assert rt.state.batch_id == 0 and lost(rt) == [1, 1] and rt.apply_error is None and rt.ready()[0]
+    assert rt.wait_caught_up(timeout_s=5) and sorted(evidence(rt)) == ["lost_write"] * 2
+
+
+def test_state_check_reads_the_batches_to_apply_first_and_refuses_a_damaged_one(runtime, tmp_path):
+    from typer.testing import CliRunner
+
+    from monitor.cli import app
+
+    rt = runtime()
+    rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+    path = write_ahead.write(rt.dir, rt._fetch(batch_with_lost_write(40, 40, 1001), 1))
+    rt.owner.release()
+    config = tmp_path / "vigil.yaml"
+    config.write_text(f"state_dir: {tmp_path}\n")
+    result = CliRunner().invoke(app, ["state", "check", "--json", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["pending_batches"] == [1] and json.loads(result.output)["batch_id"] == 0
+    path.write_bytes(path.read_bytes()[:100])
+    result = CliRunner().invoke(app, ["state", "check", "--config", str(config)])
+    # (`vigil` prints a VigilError's text and exits 2: monitor.cli.main)
+    assert isinstance(result.exception, state_store.StateError)
+    assert "1.arrow: a fetched batch not applied yet cannot be read" in str(result.exception)
