@@ -371,7 +371,8 @@ class WatchCollector:
         phases = CounterMetricFamily("vigil_batch_seconds", "Time the micro-batches spent per phase since the "
                                      "monitor started: fetch (Spark job, executors' decoding, transfer to the "
                                      "driver), check (the checker), persist (saving its state), refetch (ranges read again "
-                                     "directly after a batch, and applied).", labels=["phase"])
+                                     "directly after a batch, and applied). With watch.overlap_check, check and "
+                                     "persist run beside the next batch's fetch: the phases overlap.", labels=["phase"])
         for phase in BATCH_PHASES:
             phases.add_metric([phase], s.batch_seconds.get(phase, 0.0))
         yield phases
