@@ -9,6 +9,8 @@ import time
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from monitor.watch import rebuild as rebuilder
 from monitor.watch import runtime as runtime_module
@@ -229,3 +231,51 @@ def test_state_check_reads_the_batches_to_apply_first_and_refuses_a_damaged_one(
     # (`vigil` prints a VigilError's text and exits 2: monitor.cli.main)
     assert isinstance(result.exception, state_store.StateError)
     assert "1.arrow: a fetched batch not applied yet cannot be read" in str(result.exception)
+
+
+CRASHES = ("none", "before_handler", "after_write_ahead", "after_apply")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(CRASHES), st.booleans()), min_size=2, max_size=5))
+def test_each_batch_is_applied_once_whatever_the_crashes_and_the_batches_spark_hands_again(tmp_path_factory, monkeypatch,
+                                                                                          plan):
+    """Batches with a loss each, handed as Spark would, the monitor dying at random points: before
+    the handler ran (Spark hands the batch again), after the batch was written ahead (Spark may have
+    committed it or not: ``again``), or after it was applied (idem). Whatever happens, each loss is
+    counted once and each batch applied once."""
+    make = runtime_maker(tmp_path_factory.mktemp("state"), monkeypatch, overlap=True)
+    batch = [batch_with_lost_write(40 * i, 40, 1000 + i) for i in range(len(plan))]
+    rt = make()
+    rt.apply_written_ahead()
+
+    def crash():
+        nonlocal rt
+        if rt._applier is not None:
+            rt._applier.join(10)  # (a thread cannot be killed: its batch applied, saved, before the crash)
+        rt.owner.release()
+        rt = make()
+        rt.apply_written_ahead()  # what run_watch does at the start
+
+    for i, (how, again) in enumerate(plan):
+        handle = raw_handler(rt)
+        if how == "before_handler":
+            crash()
+            raw_handler(rt)(batch[i], i)  # not committed: handed again
+        elif how == "after_write_ahead":
+            write_ahead.write(rt.dir, rt._fetch(batch[i], i))
+            crash()
+            if again:
+                raw_handler(rt)(batch[i], i)
+        elif how == "after_apply":
+            handle(batch[i], i)
+            crash()
+            if again:
+                raw_handler(rt)(batch[i], i)
+        else:
+            handle(batch[i], i)
+    rt.finish_applying()
+    n = len(plan)
+    assert rt.state.batch_id == n - 1 and rt.state.batches == n and not rt.applying()
+    assert lost(rt) == [n, n] and sorted(evidence(rt)) == ["lost_write"] * (2 * n)
+    rt.owner.release()
