@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from invariants.errors import VigilError
+from monitor.durable import replace_durably
 from monitor.record_format import writer_id_for
 
 
@@ -52,20 +53,6 @@ def _safe(instance_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", instance_id)
 
 
-def _durable_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def claim(state_dir: str | os.PathLike[str], instance_id: str) -> WriterIdentity:
     """Lock the instance, bump and persist its incarnation, and return the identity."""
     directory = Path(state_dir) / "writers"
@@ -87,5 +74,6 @@ def claim(state_dir: str | os.PathLike[str], instance_id: str) -> WriterIdentity
             lock.close()
             raise IdentityError(f"corrupt incarnation file {path}: {exc}") from None
     incarnation = previous + 1
-    _durable_write(path, json.dumps({"instance_id": instance_id, "incarnation": incarnation}))
+    doc = json.dumps({"instance_id": instance_id, "incarnation": incarnation}).encode()
+    replace_durably(path, lambda f: f.write(doc), tmp=path.with_suffix(".tmp"))
     return WriterIdentity(instance_id, incarnation, writer_id_for(instance_id), lock)

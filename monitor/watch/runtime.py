@@ -191,7 +191,11 @@ class WatchRuntime:
         if applier is not None:
             applier.join()
             self._applier = None
-        for i in write_ahead.pending_ids(self.dir, self.state.batch_id):
+        self._apply_pending(write_ahead.pending_ids(self.dir, self.state.batch_id))
+
+    def _apply_pending(self, ids: list[int]) -> None:
+        """Apply the batches written ahead under ``ids``, in order, from their files."""
+        for i in ids:
             self._apply(write_ahead.read(write_ahead.path_of(self.dir, i)))
 
     def applying(self) -> bool:
@@ -248,14 +252,8 @@ class WatchRuntime:
         if applier is not None and applier.is_alive():
             return
         pending = write_ahead.pending_ids(self.dir, self.state.batch_id)
-        if not pending:
-            return
-
-        def apply_pending() -> None:
-            for i in pending:
-                self._apply(write_ahead.read(write_ahead.path_of(self.dir, i)))
-
-        self._try_applying(apply_pending, pending[0])
+        if pending:
+            self._try_applying(lambda: self._apply_pending(pending), pending[0])
 
     def _apply(self, batch: write_ahead.PendingBatch) -> None:
         """Apply one fetched batch under the batch lock, save it, and only then publish its counts."""

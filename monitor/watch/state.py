@@ -32,6 +32,7 @@ from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
 from invariants.errors import VigilError
 from invariants.model import Settings
+from monitor.durable import replace_durably
 from monitor.metrics import E2E_BUCKETS, E2E_BUCKETS_BEFORE, rebucket
 
 STATE_FILE = "vigil-state.json"
@@ -196,21 +197,10 @@ def encode(doc: dict) -> bytes:
 def save(directory: Path, state: WatchState) -> int:
     """Atomically replace the saved state; returns its size in bytes. A failed write leaves the
     state saved before intact (and no partial file behind) and raises :class:`StateSaveError`."""
-    tmp = directory / (STATE_FILE + ".tmp")
     data = encode(state.to_doc())
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / STATE_FILE)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(directory / STATE_FILE, lambda f: f.write(data))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)  # what was written of it only takes space
         raise StateSaveError(directory / STATE_FILE, exc) from None
     return len(data)

@@ -20,12 +20,13 @@ it is removed once the state that applied it is saved.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
+from monitor.durable import replace_durably
 from monitor.watch.batch import EosInput
 from monitor.watch.state import StateError, StateSaveError
 
@@ -87,23 +88,16 @@ def write(state_dir: Path, batch: PendingBatch) -> Path:
     a whole one may be, when only the directory's sync failed: it is the batch Spark hands again
     (not committed), and it is applied from there first."""
     final = path_of(state_dir, batch.batch_id)
-    tmp = final.with_name(final.name + ".tmp")
     table = batch.table.replace_schema_metadata({META_KEY: _meta(batch)})
+
+    def write_table(f: BinaryIO) -> None:
+        with pa.ipc.new_file(f, table.schema) as out:
+            out.write_table(table)
+
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            with pa.ipc.new_file(f, table.schema) as out:
-                out.write_table(table)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        dir_fd = os.open(final.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(final, write_table)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise StateSaveError(final, exc) from None
     return final
 
