@@ -11,6 +11,12 @@ Each figure counts every isolation level's read (so 2 × records). (b) and (c) r
 process and its children (the Spark driver JVM, the Python workers that decode on the executors)
 and, with ``--standalone N``, the standalone cluster's daemons and executor JVMs; CPU seconds per
 million reads over the same processes are steadier on a noisy machine than the rates.
+
+Before (b) and (c), an untimed **warm-up** pass reads the whole topic through the checker's fetch
+(the Kafka source, its projection, the Arrow transfer to this process; nothing checked): the first
+query of a JVM pays for its class loading and JIT compilation (measured here: a no-op pass over 3.9M
+reads took 10.3 s cold and 5.5 s after one pass), and whichever of (b) and (c) ran first would pay it
+alone. ``--no-warmup`` skips it (then the ratio favours the second, the checker).
 """
 
 from __future__ import annotations
@@ -162,6 +168,22 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     return sum(t.writer.planned for t in threads)
 
 
+def warm_up(spark: Any, cfg: Config, checkpoint: Path) -> int:
+    """The untimed pass (module docstring): every record through the checker's fetch, the rows
+    fetched and dropped; returns how many."""
+    from monitor.watch import spark as spark_job
+
+    fetched = [0]
+
+    def fetch(df: Any, _batch_id: int) -> None:
+        fetched[0] += df.toArrow().num_rows
+
+    q = (spark_job.union_of_sources(spark, cfg, headers_only=True).writeStream.foreachBatch(fetch)
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return fetched[0]
+
+
 def bare_consumer(cfg: Config, partitions: int) -> int:
     """Read every partition once per isolation level; returns records read."""
     total = 0
@@ -180,9 +202,10 @@ def bare_consumer(cfg: Config, partitions: int) -> int:
 
 
 def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Callable[[str], None],
-              standalone: int = 0) -> BenchResult:
+              standalone: int = 0, warmup: bool = True) -> BenchResult:
     """``standalone``: run (b) and (c) on a Spark standalone cluster of that many workers started
-    for the bench (their JVMs and executors count in RSS and CPU)."""
+    for the bench (their JVMs and executors count in RSS and CPU); ``warmup``: the untimed pass
+    first (module docstring)."""
     from monitor.watch import spark as spark_job
     from monitor.watch.runtime import WatchRuntime
     from monitor.watch.standalone import StandaloneSpark
@@ -214,6 +237,11 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
         # the no-op's rows are summed from recentProgress, which keeps the last 100 triggers by
         # default: a run of more (50M reads at maxOffsetsPerTrigger) counted only the last 100
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(NOOP_PROGRESS_KEPT))
+        if warmup:
+            progress("warm-up: one untimed pass over the topic through the checker's fetch")
+            t = time.monotonic()
+            result.figures["warmup"] = {"reads": warm_up(spark, cfg, tmp / "warmup"),
+                                        "seconds": round(time.monotonic() - t, 2)}
         if "spark" in which:
             progress("(b) Spark no-op query over both isolation levels")
             with PeakRss(extra=extra) as rss:

@@ -20,6 +20,8 @@ def bench(
     rate: float = typer.Option(2000.0, min=1, help="--live: writes/s of all canary writers together."),
     drills: int = typer.Option(50, min=1, help="--live: drills whose detection latency is measured."),
     warmup: float = typer.Option(20.0, min=0, help="--live: seconds of load before measuring."),
+    warm: bool = typer.Option(True, "--warmup/--no-warmup", help="An untimed pass over the topic before (b) "
+                              "and (c), so neither pays alone for the JVM's class loading and JIT."),
     standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
                                    "workers (1 core each) started for the bench; 0 = watch.spark_master."),
 ) -> None:
@@ -55,7 +57,7 @@ def bench(
     unknown = set(which) - {"bare", "spark", "checker", "live"}
     if unknown:
         raise typer.BadParameter(f"unknown: {', '.join(sorted(unknown))}", param_hint="--only")
-    result = run_bench(cfg, records, which, progress, standalone).to_json() if set(which) - {"live"} else {}
+    result = run_bench(cfg, records, which, progress, standalone, warm).to_json() if set(which) - {"live"} else {}
     if "live" in which:
         from monitor.bench_live import run_live
 
@@ -63,6 +65,8 @@ def bench(
     if as_json:
         print_json(result)
         return
+    if "warmup" in result:
+        console.print(f"warm-up        {result['warmup']['reads']:,} rows fetched untimed in {result['warmup']['seconds']} s")
     for name in ("bare_consumer", "spark_noop", "checker"):
         if name in result:
             f = result[name]
