@@ -112,19 +112,34 @@ class TxnTrack:
     reread: bool = False  # the offsets of its writes read_committed missed were asked to be read again
 
     # the highest and lowest acknowledged offset per partition and the partitions of its writes,
-    # and the saved form of its writes and acks: made once per change of them (writes_changed)
+    # the highest offset read_committed read per partition, and the saved form of its writes, acks
+    # and reads: each made once per change of what it comes from (writes_changed, reads_changed)
     _acked_span: tuple[dict, dict, set] | None = field(default=None, repr=False, compare=False)
+    _read_top: dict[tuple[str, int], int] | None = field(default=None, repr=False, compare=False)
     _packed: dict[str, list] = field(default_factory=dict, repr=False, compare=False)
 
     def writes_changed(self) -> None:
         """Its writes or acknowledgements are about to change."""
         self._acked_span = None
-        self._packed.clear()
+        self._packed.pop("writes", None)
+        self._packed.pop("acked", None)
 
     def reads_changed(self) -> None:
         """What the readers read of it is about to change."""
+        self._read_top = None
         self._packed.pop("rc_reads", None)
         self._packed.pop("ru_reads", None)
+
+    def read_top(self) -> dict[tuple[str, int], int]:
+        """The highest offset read_committed read of it per partition (not to be changed)."""
+        if self._read_top is None:
+            top: dict[tuple[str, int], int] = {}
+            for w, off in self.rc_reads.items():
+                part = w.part
+                if off > top.get(part, -1):
+                    top[part] = off
+            self._read_top = top
+        return self._read_top
 
     def _pack(self, name: str) -> list:
         got = self._packed.get(name) if keeping() else None
@@ -490,8 +505,8 @@ class TransactionsFamily:
                 + self.horizon for part in parts for iso in (RC, RU)):
             return False
         known = {part: -1 for part in parts}
-        for w, off in [*t.acked.items(), *t.rc_reads.items()]:
-            known[w.part] = max(known.get(w.part, -1), off)
+        for part, off in [*top.items(), *t.read_top().items()]:
+            known[part] = max(known.get(part, -1), off)
         return all(view(iso, *part).frontier > max(known.get(part, -1), t.decided_at.get(ViewKey(iso, *part), 0))
                    + self.horizon for part in known for iso in (RC, RU))
 

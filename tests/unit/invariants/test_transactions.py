@@ -279,3 +279,37 @@ def test_the_writes_a_transaction_waits_for_count_each_once_whatever_the_order_o
     assert t.undecided_writes == 0
     acked(9, 2, 20)  # never intended: nothing was waiting for them
     assert t.undecided_writes == 0 and len(t.acked) == 7
+
+
+def test_what_a_transaction_keeps_made_once_follows_every_change_of_what_it_comes_from():
+    """A transaction's highest read offset per partition and its saved form are made once and kept
+    until what they come from changes: after reads, a vanished record and new acks they are what
+    making them again gives."""
+    from invariants.ledger_events import TxnWritesAcked
+    from invariants.model import ReadRun
+    from invariants.transactions import TransactionsFamily, TxnTrack
+
+    fam = TransactionsFamily(1000)
+    tkey = TxnKey(7, 1, 3)
+
+    def fresh(t):
+        again = TxnTrack(t.key, set(t.writes), t.outcome, t.undecided_writes, dict(t.acked), dict(t.rc_reads),
+                         set(t.aborted_counted), set(t.ru_reads))
+        return again.read_top(), {k: again._pack(k) for k in ("writes", "acked", "rc_reads", "ru_reads")}
+
+    def check():
+        t = fam.txns[tkey]
+        assert (t.read_top(), {k: t._pack(k) for k in ("writes", "acked", "rc_reads", "ru_reads")}) == fresh(t)
+
+    fam.on_read_run(RC, tkey, "t", 0, ReadRun(100, 3, 7, 1, 0, txn_id=3, txn_size=6, txn_index=0, txn_step=1))
+    check()
+    fam.on_read_run(RU, tkey, "t", 0, ReadRun(100, 4, 7, 1, 0, txn_id=3, txn_size=6, txn_index=0, txn_step=1))
+    check()
+    fam.on_read_run(RC, tkey, "t", 0, ReadRun(103, 2, 7, 1, 3, txn_id=3, txn_size=6, txn_index=3, txn_step=1))
+    check()
+    assert fam.txns[tkey].read_top() == {("t", 0): 104}
+    fam.on_acked(TxnWritesAcked("t", 0, 7, 1, 0, 5, 100, tkey, 0))
+    check()
+    fam.on_vanished(WriteKey("t", 0, 7, 1, 4), 104)
+    check()
+    assert fam.txns[tkey].read_top() == {("t", 0): 103}
