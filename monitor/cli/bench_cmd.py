@@ -20,7 +20,7 @@ def bench(
     rate: float = typer.Option(2000.0, min=1, help="--live: writes/s of all canary writers together."),
     drills: int = typer.Option(50, min=1, help="--live: drills whose detection latency is measured."),
     warmup: float = typer.Option(20.0, min=0, help="--live: seconds of load before measuring."),
-    warm: bool = typer.Option(True, "--warmup/--no-warmup", help="An untimed pass over the topic before (b) "
+    warm: bool = typer.Option(True, "--jvm-warmup/--no-jvm-warmup", help="An untimed pass over the topic before (b) "
                               "and (c), so neither pays alone for the JVM's class loading and JIT."),
     standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
                                    "workers (1 core each) started for the bench; 0 = watch.spark_master."),
@@ -67,13 +67,13 @@ def bench(
         return
     if "warmup" in result:
         console.print(f"warm-up        {result['warmup']['reads']:,} rows fetched untimed in {result['warmup']['seconds']} s")
-    for name in ("bare_consumer", "spark_noop", "checker"):
+    for name in ("bare_consumer", "spark_noop", "fetch_only", "checker"):
         if name in result:
             f = result[name]
             console.print(f"{name:14} {f['records_per_s']:>12,} records/s  ({f['reads']:,} reads in "
                           f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB, "
                           f"{f['cpu_s_per_m_reads']} CPU s per million reads)")
-    for key in ("ratio_checker_to_spark", "ratio_checker_to_bare"):
+    for key in ("ratio_checker_to_spark", "ratio_fetch_to_spark", "ratio_checker_to_bare"):
         if key in result:
             console.print(f"{key}: {result[key]}")
     if "live" in result:

@@ -68,9 +68,11 @@ def decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         yield decode_batch(batch)
 
 
-def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordBatch:
+def decode_batch(batch: pa.RecordBatch, now_us: int | None = None, topics: dict[int, str] | None = None
+                 ) -> pa.RecordBatch:
     """One batch of Kafka rows (``src``, ``topic``, ``partition``, ``offset``, ``value``, ``ts_us``;
-    one Spark partition's, in offset order); ``now_us``: when it is decoded (default: now)."""
+    one Spark partition's, in offset order); ``now_us``: when it is decoded (default: now); ``topics``:
+    each ``src``'s topic, for rows fetched without their ``topic`` (one topic per source)."""
     n = batch.num_rows
     now_us = int(time.time() * 1e6) if now_us is None else now_us
     src = batch.column("src").to_numpy(zero_copy_only=False).astype(np.int8)
@@ -80,7 +82,7 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordB
     cols = decode_values(values, skip=ledger,  # (with headers_only, a canary value is its first 48 bytes)
                          lengths=batch.column("vlen").to_numpy(zero_copy_only=False) if "vlen" in names else None,
                          crcs=batch.column("vcrc").to_numpy(zero_copy_only=False) if "vcrc" in names else None)
-    topic = batch.column("topic").cast(pa.string())
+    topic = batch.column("topic").cast(pa.string()) if "topic" in names else None
     partition = batch.column("partition").to_numpy(zero_copy_only=False).astype(np.int32)
     offset = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
     ts = batch.column("ts_us") if "ts_us" in batch.schema.names else pa.nulls(n, pa.int64())
@@ -97,7 +99,8 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordB
                        & (seq[:-1] != np.uint64(2**64 - 1)) & (seq[1:] == seq[:-1] + np.uint64(1))
                        & (cols["txn_id"][1:] == cols["txn_id"][:-1]) & (abort[1:] == abort[:-1])
                        & (cols["txn_size"][1:] == cols["txn_size"][:-1]))
-        if follows.any():  # (one topic per Spark partition: compared only where the rest says a run goes on)
+        if follows.any() and topic is not None:  # (one topic per Spark partition, and per src: compared
+            # only where the rest says a run goes on)
             same_topic = pc.equal(topic.slice(1), topic.slice(0, n - 1)).to_numpy(zero_copy_only=False)
             follows[1:] &= same_topic
         if n > 2:  # a transaction's indexes a constant step apart: the step into row i as the one into i - 1
@@ -110,7 +113,9 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None) -> pa.RecordB
     steps[longer] = (index[starts[longer] + 1] - index[starts[longer]]).astype(np.int32)
     kept = pc.if_else(pa.array(ledger[starts]), values.take(starts).cast(pa.binary()), pa.scalar(None, pa.binary())) \
         if ledger.any() else pa.nulls(len(starts), pa.binary())
-    arrays = [pa.array(src[starts], pa.int8()), topic.take(starts), pa.array(partition[starts], pa.int32()),
+    run_topics = topic.take(starts) if topic is not None else pa.array(
+        [topics[s] for s in src[starts].tolist()], pa.string())  # (topics: what a missing src is is a KeyError)
+    arrays = [pa.array(src[starts], pa.int8()), run_topics, pa.array(partition[starts], pa.int32()),
               pa.array(offset[starts], pa.int64()), ts.take(starts).cast(pa.int64()), kept]
     arrays += [pa.array(cols[name][starts], typ) for name, typ, _ in DECODED_FIELDS[6:-2]]
     arrays += [pa.array(counts, pa.int32()), pa.array(steps, pa.int32())]
@@ -208,8 +213,8 @@ def _header_rows(values: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray, np.nda
         lengths = np.where(values.is_null().to_numpy(zero_copy_only=False), -1, lengths)
     rows = np.zeros((n, HEADER_SIZE), dtype=np.uint8)
     long_enough = lengths >= HEADER_SIZE
-    if long_enough.any():
-        rows[long_enough] = data[starts[long_enough][:, None] + np.arange(HEADER_SIZE)]
+    if long_enough.any():  # (a view of every 48-byte window of the buffer: a copy of the rows only, no index matrix)
+        rows[long_enough] = np.lib.stride_tricks.sliding_window_view(data, HEADER_SIZE)[starts[long_enough]]
     return rows, lengths, data, starts
 
 
@@ -219,7 +224,7 @@ def unsigned(column: np.ndarray) -> np.ndarray:
 
 
 
-def decode_table(table: pa.Table) -> pa.Table:
+def decode_table(table: pa.Table, topics: dict[int, str] | None = None) -> pa.Table:
     """:func:`decode_batches` over a whole table: the driver's own decoding when the executors do
-    not decode (``watch.decode_on``)."""
-    return pa.Table.from_batches(list(decode_batches(table.to_batches())), schema=DECODED_SCHEMA)
+    not decode (``watch.decode_on``); ``topics`` as :func:`decode_batch`'s."""
+    return pa.Table.from_batches([decode_batch(b, topics=topics) for b in table.to_batches()], schema=DECODED_SCHEMA)

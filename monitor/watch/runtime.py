@@ -37,7 +37,7 @@ from monitor.watch.evidence import EvidenceLog
 from monitor.watch.prober import Prober
 from monitor.watch.refetch import Refetcher
 from monitor.watch.snapshot import build_snapshot
-from monitor.watch.topics import TopicDirectory
+from monitor.watch.topics import TopicDirectory, topics_by_src
 
 MAX_REFETCHES_PER_ROUND = 8
 REREAD_DRAIN_S = 30.0  # at the end of a run, the longest wait for the re-reads verdicts wait for
@@ -175,7 +175,7 @@ class WatchRuntime:
     def _fetch(self, df: Any, batch_id: int) -> write_ahead.PendingBatch:
         table = df.toArrow()  # runs the Spark job; a hung fetch must not block the prober's records
         if "kind" not in table.column_names:  # watch.decode_on: the driver decodes what the executors did not
-            table = decode_table(table)
+            table = decode_table(table, topics_by_src(self.cfg))
         # the EOS pipeline: where the output reader stands, then the group's offsets and the output's ends
         eos = None if self.eos_feed is None else EosInput(self.eos_feed.positions_at(batch_id), self.eos_feed.sample())
         # the group canary: where the read_committed reader of the canary stands after this batch

@@ -27,6 +27,7 @@ from monitor.cluster.java import Java, find_java
 from monitor.config import Config
 from monitor.record_format import HEADER_SIZE
 from monitor.watch import cds, ship
+from monitor.watch.topics import topics_by_src
 
 SPARK_JAVA_MAX = 21
 # Spark's JVM logs to stderr only (stdout carries `--json` output), warnings and up.
@@ -115,15 +116,26 @@ def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True,
     when ``eos.enabled``, and the group canary's observations when ``groups.enabled``.
     ``headers_only``: of a canary record only its first 48 bytes, its length and its CRC-32 (what
     the checker needs: the header, and a digest identity for what is not a canary record)."""
-    df = source(spark, cfg, cfg.canary.name, "read_committed", 0, headers_only=headers_only).unionByName(
-        source(spark, cfg, cfg.canary.name, "read_uncommitted", 1, headers_only=headers_only))
+    topics = topics_by_src(cfg)  # (the names the driver gives rows fetched without theirs)
+    df = source(spark, cfg, topics[0], "read_committed", 0, headers_only=headers_only).unionByName(
+        source(spark, cfg, topics[1], "read_uncommitted", 1, headers_only=headers_only))
     if with_ledger:
-        df = df.unionByName(source(spark, cfg, cfg.ledger.topic, "read_committed", 2, ledger=True))
-    if cfg.eos.enabled:  # the EOS pipeline's output (invariants.eos)
-        df = df.unionByName(source(spark, cfg, cfg.eos.output_topic, "read_committed", 3))
-    if cfg.groups.enabled:  # the group canary's observation log (invariants.groups)
-        df = df.unionByName(source(spark, cfg, cfg.groups.observation_topic, "read_uncommitted", 4))
+        df = df.unionByName(source(spark, cfg, topics[2], "read_committed", 2, ledger=True))
+    if 3 in topics:  # the EOS pipeline's output (invariants.eos), when eos.enabled
+        df = df.unionByName(source(spark, cfg, topics[3], "read_committed", 3))
+    if 4 in topics:  # the group canary's observation log (invariants.groups), when groups.enabled
+        df = df.unionByName(source(spark, cfg, topics[4], "read_uncommitted", 4))
     return df
+
+
+def fetched_sources(spark: SparkSession, cfg: Config) -> DataFrame:
+    """What the watch query hands its batch handler: runs decoded on the executors
+    (``watch.decode_on``), else the sources' headers without their topic: the driver decodes them and
+    names each row's topic from its ``src`` (:func:`monitor.watch.topics.topics_by_src`; the name was a
+    quarter of a fetched row's bytes)."""
+    if decode_on_executors(cfg):
+        return decoded_sources(spark, cfg)
+    return union_of_sources(spark, cfg, headers_only=True).drop("topic")
 
 
 def decode_on_executors(cfg: Config) -> bool:
@@ -144,7 +156,7 @@ def start_query(spark: SparkSession, cfg: Config, handler: Callable[[DataFrame, 
                 available_now: bool = False):
     """The watch query; ``available_now`` reads what is there and stops (the bench)."""
     writer = (
-        (decoded_sources(spark, cfg) if decode_on_executors(cfg) else union_of_sources(spark, cfg, headers_only=True))
+        fetched_sources(spark, cfg)
         .writeStream.queryName(name)
         .foreachBatch(handler)
         .option("checkpointLocation", str(cfg.spark_checkpoint_dir()))

@@ -19,6 +19,18 @@ from monitor.watch.prober import Prober
 FRESH_FOR_S = 1.0
 
 
+def topics_by_src(cfg: Config) -> dict[int, str]:
+    """The topic each source (its ``src``) subscribes to: one name each, so a row's topic follows from its
+    ``src`` and the driver's fetch leaves the column in the JVM
+    (:func:`monitor.watch.spark.fetched_sources`)."""
+    out = {0: cfg.canary.name, 1: cfg.canary.name, 2: cfg.ledger.topic}
+    if cfg.eos.enabled:
+        out[3] = cfg.eos.output_topic
+    if cfg.groups.enabled:
+        out[4] = cfg.groups.observation_topic
+    return out
+
+
 class TopicDirectory:
     def __init__(self, cfg: Config, prober: Prober, name_of: Callable[[str], str] = lambda _t: "") -> None:
         self.cfg = cfg

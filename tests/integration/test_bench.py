@@ -14,14 +14,15 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
     # record, read_committed all but those of aborted transactions; every reader the same
     reads = out["bare_consumer"]["reads"]
     assert 30000 + 30000 * 0.5 < reads < 2 * 30000
-    for name in ("bare_consumer", "spark_noop", "checker"):
+    for name in ("bare_consumer", "spark_noop", "fetch_only", "checker"):
         assert out[name]["reads"] == reads, name
         assert out[name]["records_per_s"] > 0 and out[name]["peak_rss_mb"] > 0 and out[name]["cpu_s_per_m_reads"] > 0
     assert out["warmup"]["reads"] >= reads  # (b) and (c) both after the untimed pass (its ledger rows too)
     assert out["checker"]["reads_per_row"] > 1  # runs leave the executors, not records
     assert out["checker"]["violations"] == 0
     assert out["checker"]["batches"] >= 2  # maxOffsetsPerTrigger split the catch-up
-    assert 0 < out["ratio_checker_to_spark"] and 0 < out["ratio_checker_to_bare"]
+    assert 0 < out["ratio_checker_to_spark"] and 0 < out["ratio_checker_to_bare"] and 0 < out["ratio_fetch_to_spark"]
+    assert out["fetch_only"]["rows"] >= reads
 
 
 def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_ready, tmp_path):

@@ -118,19 +118,24 @@ def test_runs_span_one_writer_s_consecutive_seqs_at_consecutive_offsets_outside_
 
 
 @settings(max_examples=200, deadline=None)
-@given(values, st.integers(1, 12), st.booleans())
-def test_the_executor_s_rows_are_the_records_one_by_one(vals, split, headers_only):
-    """Whatever the records, however Spark cuts a partition into Arrow batches, and whether the
-    whole values or only their headers, lengths and CRCs left the JVM, the rows the driver gets,
-    taken one by one, are exactly the reads of the re-fetch path (the reference)."""
+@given(values, st.integers(1, 12), st.booleans(), st.booleans())
+def test_the_executor_s_rows_are_the_records_one_by_one(vals, split, headers_only, without_topic):
+    """Whatever the records, however Spark cuts a partition into Arrow batches, whether the
+    whole values or only their headers, lengths and CRCs left the JVM, and whether the rows' topic
+    or only their source's (the driver's fetch), the rows the driver gets, taken one by one, are
+    exactly the reads of the re-fetch path (the reference)."""
     from invariants.model import one_by_one
     from monitor.watch.batch import BatchStats, _items
 
     offsets = list(range(100, 100 + len(vals)))
     got = []
     for lo in range(0, len(vals), split):
-        out = ex.decode_batch(_kafka_rows(0, 3, offsets[lo:lo + split], vals[lo:lo + split], headers_only), now_us=0)
+        rows = _kafka_rows(0, 3, offsets[lo:lo + split], vals[lo:lo + split], headers_only)
+        if without_topic:
+            rows = rows.select([n for n in rows.schema.names if n != "topic"])
+        out = ex.decode_batch(rows, now_us=0, topics={0: "c", 1: "other"} if without_topic else None)
         rows = out.filter(pa.compute.not_equal(out.column("kind"), ex.KIND_LATENCY))
+        assert set(rows.column("topic").to_pylist()) <= {"c"}
         got += _items(pa.Table.from_batches([rows]), BatchStats())
     expected, _malformed, _ts = to_reads(offsets, vals)
     assert one_by_one(got) == expected
@@ -148,6 +153,17 @@ def test_the_shipped_zip_imports_the_executor_code_without_the_checkout(tmp_path
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith(str(path))
+
+
+def test_each_source_s_topic_is_the_one_it_subscribes_to():
+    from monitor.config import parse
+    from monitor.watch.topics import topics_by_src
+
+    cfg = parse({"canary": {"name": "cn"}, "ledger": {"topic": "led"}, "eos": {"enabled": True},
+                 "groups": {"enabled": True}})
+    assert topics_by_src(cfg) == {0: "cn", 1: "cn", 2: "led", 3: cfg.eos.output_topic, 4: cfg.groups.observation_topic}
+    off = parse({"eos": {"enabled": False}, "groups": {"enabled": False}})
+    assert sorted(topics_by_src(off)) == [0, 1, 2]
 
 
 def test_the_executors_decode_on_a_cluster_and_the_driver_in_local_mode():
