@@ -4,7 +4,8 @@ Over one pre-filled topic of canary records (with their ledger, as a real writer
 
 (a) a bare confluent-kafka batch consumer reading every partition once per isolation level;
 (b) a Spark query over the same two sources writing to the ``noop`` sink;
-(b') the checker's fetch alone: the watch query's rows handed to this process, nothing checked
+(b') the checker's fetch alone: the watch query's rows handed to this process, nothing checked (where the
+    executors decode, ``watch.decode_on``, their decoding is part of it, and its ``rows`` are runs)
     (``ratio_fetch_to_spark``: the most a checker of those rows can reach);
 (c) the full checker (the ``vigil watch`` batch handler with a fresh checkpoint).
 
