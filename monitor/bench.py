@@ -173,9 +173,9 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     return sum(t.writer.planned for t in threads)
 
 
-def warm_up(spark: Any, cfg: Config, checkpoint: Path) -> int:
-    """The untimed pass (module docstring): every record through the checker's fetch, the rows
-    fetched and dropped; returns how many."""
+def fetch_all(spark: Any, cfg: Config, checkpoint: Path) -> int:
+    """Every record of the topic through the checker's fetch, the rows handed to this process and
+    dropped (the warm-up, and (b'): module docstring); returns how many rows."""
     from monitor.watch import spark as spark_job
 
     fetched = [0]
@@ -245,7 +245,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
         if warmup:
             progress("warm-up: one untimed pass over the topic through the checker's fetch")
             t = time.monotonic()
-            result.figures["warmup"] = {"reads": warm_up(spark, cfg, tmp / "warmup"),
+            result.figures["warmup"] = {"rows": fetch_all(spark, cfg, tmp / "warmup"),
                                         "seconds": round(time.monotonic() - t, 2)}
         if "spark" in which:
             progress("(b) Spark no-op query over both isolation levels")
@@ -263,7 +263,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             progress("(b') the checker's fetch alone: its query's rows handed to this process, nothing checked")
             with PeakRss(extra=extra) as rss:
                 t = time.monotonic()
-                fetched = warm_up(spark, cfg, tmp / "fetch")
+                fetched = fetch_all(spark, cfg, tmp / "fetch")
                 secs = time.monotonic() - t
             result.figures["fetch_only"] = {**rss.figures(n, secs), "rows": fetched}
         if "checker" in which:

@@ -66,7 +66,7 @@ def bench(
         print_json(result)
         return
     if "warmup" in result:
-        console.print(f"warm-up        {result['warmup']['reads']:,} rows fetched untimed in {result['warmup']['seconds']} s")
+        console.print(f"warm-up        {result['warmup']['rows']:,} rows fetched untimed in {result['warmup']['seconds']} s")
     for name in ("bare_consumer", "spark_noop", "fetch_only", "checker"):
         if name in result:
             f = result[name]

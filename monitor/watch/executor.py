@@ -114,7 +114,7 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None, topics: dict[
     kept = pc.if_else(pa.array(ledger[starts]), values.take(starts).cast(pa.binary()), pa.scalar(None, pa.binary())) \
         if ledger.any() else pa.nulls(len(starts), pa.binary())
     run_topics = topic.take(starts) if topic is not None else pa.array(
-        [topics[s] for s in src[starts].tolist()], pa.string())  # (topics: what a missing src is is a KeyError)
+        [topics[s] for s in src[starts].tolist()], pa.string())  # (a src not in topics: KeyError)
     arrays = [pa.array(src[starts], pa.int8()), run_topics, pa.array(partition[starts], pa.int32()),
               pa.array(offset[starts], pa.int64()), ts.take(starts).cast(pa.int64()), kept]
     arrays += [pa.array(cols[name][starts], typ) for name, typ, _ in DECODED_FIELDS[6:-2]]

@@ -17,7 +17,7 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
     for name in ("bare_consumer", "spark_noop", "fetch_only", "checker"):
         assert out[name]["reads"] == reads, name
         assert out[name]["records_per_s"] > 0 and out[name]["peak_rss_mb"] > 0 and out[name]["cpu_s_per_m_reads"] > 0
-    assert out["warmup"]["reads"] >= reads  # (b) and (c) both after the untimed pass (its ledger rows too)
+    assert out["warmup"]["rows"] >= reads  # (b) and (c) both after the untimed pass (its ledger rows too)
     assert out["checker"]["reads_per_row"] > 1  # runs leave the executors, not records
     assert out["checker"]["violations"] == 0
     assert out["checker"]["batches"] >= 2  # maxOffsetsPerTrigger split the catch-up
