@@ -54,7 +54,13 @@ class _Freshness(StreamingQueryListener):
 def _same_sources_as_the_checkpoint(cfg: Config) -> None:
     """Spark resumes a query only over the sources its checkpoint has: switching ``eos.enabled`` or
     ``groups.enabled`` (one more source each) under an existing checkpoint would fail every restart
-    of the query. Refused at once, with the way out."""
+    of the query; renaming the canary or the ledger topic (``canary.name``, ``ledger.topic``) would
+    have a batch Spark planned but did not commit read again from the old topic while its rows are
+    named after the new one (a row's topic follows from its source, ``topics_by_src``), and the
+    checker's state keeps the old topic's writes. Refused at once, with the way out."""
+    from monitor.watch.state import StateError
+    from monitor.watch.topics import topics_by_src
+
     offsets = cfg.spark_checkpoint_dir() / "offsets"
     logs = sorted((int(f.name), f) for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else []
     if not logs:
@@ -63,13 +69,18 @@ def _same_sources_as_the_checkpoint(cfg: Config) -> None:
         lines = [line for line in logs[-1][1].read_text().splitlines()[2:] if line.strip()]
     except OSError:
         return
+    topics = topics_by_src(cfg)
+    for src, key in ((0, "canary.name"), (2, "ledger.topic")):
+        read = _source_topic(lines[src]) if len(lines) > src else ""
+        if read and read != topics[src]:
+            raise StateError(f"{cfg.spark_checkpoint_dir()}: the Spark checkpoint reads topic {read} where this "
+                             f"config's {key} is {topics[src]}: set it back, or start the checker afresh over what "
+                             "the topics retain: `vigil state rebuild`")
     # the application canaries' sources follow the canary's two and the ledger's, by topic
     canaries = [topic for topic, on in ((cfg.eos.output_topic, cfg.eos.enabled),
                                         (cfg.groups.observation_topic, cfg.groups.enabled)) if on]
     had = [_source_topic(line) for line in lines[3:]]
     if len(lines) != 3 + len(canaries) or (all(had) and had != canaries):
-        from monitor.watch.state import StateError
-
         raise StateError(f"{cfg.spark_checkpoint_dir()}: the Spark checkpoint reads {len(lines)} sources"
                          f"{' (' + ', '.join(had) + ' after the canary and the ledger)' if any(had) else ''}, this "
                          f"config {3 + len(canaries)}{' (' + ', '.join(canaries) + ')' if canaries else ''}; "

@@ -28,7 +28,7 @@ from monitor.watch.state import StateError
 
 def config(tmp_path, enabled=True):
     return parse({"state_dir": str(tmp_path), "eos": {"enabled": enabled, "output_topic": "out"},
-                  "groups": {"enabled": False}, "canary": {"name": "canary"}}, "t.yaml")
+                  "groups": {"enabled": False}, "canary": {"name": "canary"}, "ledger": {"topic": "ledger"}}, "t.yaml")
 
 
 def offset_log(cfg, batch_id: int, sources: list[dict]) -> None:

@@ -133,7 +133,8 @@ def test_switching_groups_under_an_existing_checkpoint_is_refused_with_the_way_o
     def cfg(groups: bool, eos: bool = False):
         return parse({"state_dir": str(tmp_path), "groups": {"enabled": groups}, "eos": {"enabled": eos}}, "t.yaml")
 
-    offset_log(cfg(True), 0, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {"vigil-canary-group-obs": {"0": 1}}])
+    offset_log(cfg(True), 0, [{"vigil-canary": {"0": 1}}, {"vigil-canary": {"0": 1}}, {"vigil-ledger": {"0": 1}},
+                              {"vigil-canary-group-obs": {"0": 1}}])
     _same_sources_as_the_checkpoint(cfg(True))
     # as many sources, another topic: the EOS output where the group's observations were read
     with pytest.raises(StateError, match=r"reads 4 sources \(vigil-canary-group-obs after .*this config 4 \(vigil-canary-eos-out\)"):
@@ -142,8 +143,25 @@ def test_switching_groups_under_an_existing_checkpoint_is_refused_with_the_way_o
         _same_sources_as_the_checkpoint(cfg(False))
     with pytest.raises(StateError, match="reads 4 sources.*this config 5"):
         _same_sources_as_the_checkpoint(cfg(True, eos=True))
-    offset_log(cfg(True), 1, [{"c": {"0": 1}}, {"c": {"0": 1}}, {"l": {"0": 1}}, {}])  # a source with no offsets
+    offset_log(cfg(True), 1, [{"vigil-canary": {"0": 1}}, {}, {"vigil-ledger": {"0": 1}}, {}])  # (no offsets)
     _same_sources_as_the_checkpoint(cfg(True))
+
+
+@pytest.mark.parametrize("renamed", ["canary", "ledger"])
+def test_renaming_the_canary_or_the_ledger_under_an_existing_checkpoint_is_refused(tmp_path, renamed):
+    """A batch Spark planned and did not commit is read again from the topic its offsets name; the
+    driver names rows after the config's topics: a rename in between would mislabel that batch."""
+    def cfg(canary: str = "vigil-canary", ledger: str = "vigil-ledger"):
+        return parse({"state_dir": str(tmp_path), "canary": {"name": canary}, "ledger": {"topic": ledger},
+                      "groups": {"enabled": False}, "eos": {"enabled": False}}, "t.yaml")
+
+    offset_log(cfg(), 4, [{"vigil-canary": {"0": 7}}, {"vigil-canary": {"0": 9}}, {"vigil-ledger": {"0": 3}}])
+    _same_sources_as_the_checkpoint(cfg())
+    other = cfg(canary="renamed") if renamed == "canary" else cfg(ledger="renamed-ledger")
+    key = "canary.name" if renamed == "canary" else "ledger.topic"
+    with pytest.raises(StateError, match=rf"reads topic vigil-\S+ where this config's {key} is renamed.*"
+                                         "vigil state rebuild"):
+        _same_sources_as_the_checkpoint(other)
 
 
 def test_the_broker_serving_a_partition_is_the_one_whose_fetch_list_holds_it():
