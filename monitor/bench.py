@@ -5,8 +5,9 @@ Over one pre-filled topic of canary records (with their ledger, as a real writer
 (a) a bare confluent-kafka batch consumer reading every partition once per isolation level;
 (b) a Spark query over the same two sources writing to the ``noop`` sink;
 (b') the checker's fetch alone: the watch query's rows handed to this process, nothing checked (where the
-    executors decode, ``watch.decode_on``, their decoding is part of it, and its ``rows`` are runs)
-    (``ratio_fetch_to_spark``: the most a checker of those rows can reach);
+    JVM or the executors decode, ``watch.decode_on``, that decoding is part of it; ``rows`` counts the Kafka
+    rows, ``driver_rows`` what reached this process) (``ratio_fetch_to_spark``: the most a checker of those
+    rows can reach);
 (c) the full checker (the ``vigil watch`` batch handler with a fresh checkpoint).
 
 Each figure counts every isolation level's read (so 2 × records). (b) and (c) run with the
@@ -16,7 +17,8 @@ and, with ``--standalone N``, the standalone cluster's daemons and executor JVMs
 million reads over the same processes are steadier on a noisy machine than the rates.
 
 Before (b) and (c), an untimed **warm-up** pass reads the whole topic through the checker's fetch
-(the Kafka source, its projection, the Arrow transfer to this process; nothing checked): the first
+(the Kafka source, its projection, the JVM's decoding where it decodes, the Arrow transfer to this
+process; nothing checked): the first
 query of a JVM pays for its class loading and JIT compilation (measured here: a no-op pass over 3.9M
 reads took 10.3 s cold and 5.5 s after one pass), and whichever of (b) and (c) ran first would pay it
 alone. ``--no-jvm-warmup`` skips it (then the ratio favours the second, the checker).
@@ -173,20 +175,25 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     return sum(t.writer.planned for t in threads)
 
 
-def fetch_all(spark: Any, cfg: Config, checkpoint: Path) -> int:
+def fetch_all(spark: Any, cfg: Config, checkpoint: Path) -> dict[str, int]:
     """Every record of the topic through the checker's fetch, the rows handed to this process and
-    dropped (the warm-up, and (b'): module docstring); returns how many rows."""
+    dropped (the warm-up, and (b'): module docstring): ``rows``, the Kafka rows they stand for (a run
+    decoded in the JVM or by the executors counts its records), and ``driver_rows``, the rows this
+    process received."""
     from monitor.watch import spark as spark_job
+    from monitor.watch.executor import rows_read
 
-    fetched = [0]
+    fetched = {"rows": 0, "driver_rows": 0}
 
     def fetch(df: Any, _batch_id: int) -> None:
-        fetched[0] += df.toArrow().num_rows
+        table = df.toArrow()
+        fetched["rows"] += rows_read(table)
+        fetched["driver_rows"] += table.num_rows
 
     q = (spark_job.fetched_sources(spark, cfg).writeStream.foreachBatch(fetch)
          .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     q.awaitTermination()
-    return fetched[0]
+    return fetched
 
 
 def bare_consumer(cfg: Config, partitions: int) -> int:
@@ -245,7 +252,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
         if warmup:
             progress("warm-up: one untimed pass over the topic through the checker's fetch")
             t = time.monotonic()
-            result.figures["warmup"] = {"rows": fetch_all(spark, cfg, tmp / "warmup"),
+            result.figures["warmup"] = {**fetch_all(spark, cfg, tmp / "warmup"),
                                         "seconds": round(time.monotonic() - t, 2)}
         if "spark" in which:
             progress("(b) Spark no-op query over both isolation levels")
@@ -265,7 +272,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
                 t = time.monotonic()
                 fetched = fetch_all(spark, cfg, tmp / "fetch")
                 secs = time.monotonic() - t
-            result.figures["fetch_only"] = {**rss.figures(n, secs), "rows": fetched}
+            result.figures["fetch_only"] = {**rss.figures(n, secs), **fetched}
         if "checker" in which:
             progress("(c) the full checker")
             checker_cfg = cfg.model_copy(update={"watch": cfg.watch.model_copy(update={

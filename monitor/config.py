@@ -320,11 +320,12 @@ class WatchConfig(_Model):
         "per virtualenv, Java and Spark (monitor/watch/cds.py: classes mapped, not parsed again; a watch started "
         "in about 40 % less time); without one it starts as before. Not with an empty spark_master (spark-submit "
         "starts the driver)")
-    decode_on: Literal["auto", "driver", "executors"] = Field(
-        "auto", description="where the canary records' headers are decoded and cut into runs: on the executors "
-        "(a row per run reaches the driver; Vigil's code is shipped to them) or in the driver (each record's "
-        "header, length and CRC-32 reach it); auto = the driver in local mode (measured cheaper on one "
-        "machine), the executors on a cluster")
+    decode_on: Literal["auto", "jvm", "driver", "executors"] = Field(
+        "auto", description="where the canary records' headers are decoded and cut into runs: in Spark's JVM "
+        "where each partition is read (monitor/watch/JvmDecode.java, compiled once with javac; a row per run "
+        "reaches the driver), on the executors' Python (a row per run reaches the driver; Vigil's code is "
+        "shipped to them) or in the driver (each record's header, length and CRC-32 reach it); auto = the JVM "
+        "in local mode (measured fastest on one machine), the executors' Python on a cluster")
     executor_python: str = Field("", description="the Python Spark's executors run (spark.pyspark.python; it "
                                  "needs numpy and pyarrow, Vigil's own code is shipped to it); empty = the driver's")
     java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")

@@ -66,7 +66,9 @@ def bench(
         print_json(result)
         return
     if "warmup" in result:
-        console.print(f"warm-up        {result['warmup']['rows']:,} rows fetched untimed in {result['warmup']['seconds']} s")
+        w = result["warmup"]
+        console.print(f"warm-up        {w['rows']:,} Kafka rows fetched untimed in {w['seconds']} s "
+                      f"({w['driver_rows']:,} rows reached the driver)")
     for name in ("bare_consumer", "spark_noop", "fetch_only", "checker"):
         if name in result:
             f = result[name]

@@ -56,9 +56,12 @@ DECODED_SCHEMA = pa.schema([(name, typ) for name, typ, _ in DECODED_FIELDS])
 DECODED_DDL = ", ".join(f"`{name}` {ddl}" for name, _, ddl in DECODED_FIELDS)
 HEADER_COLUMNS = ("kind", "writer_id", "incarnation", "seq", "produce_ts_us", "txn_id", "flags", "txn_size",
                   "txn_index", "digest", "length")
-# latency bins: 0 below 1 ms, then bin k >= 1 from 1 ms * 1.01 ** (k - 1) up
+# latency bins: 0 below 1 ms, then bin k >= 1 from 1 ms * 1.01 ** (k - 1) up, to past the largest
+# int64 age; the edges are a table (not a logarithm per record) so the JVM's decoding (JvmDecode.java,
+# handed these same doubles) bins every age as this module does
 LATENCY_FLOOR_US = 1000.0
 LATENCY_RATIO = 1.01
+LATENCY_EDGES_US = LATENCY_FLOOR_US * LATENCY_RATIO ** np.arange(3700, dtype=np.float64)
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -125,12 +128,9 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None, topics: dict[
 
 
 def latency_bin(age_us: np.ndarray) -> np.ndarray:
-    """The bin of each age (µs): 0 below 1 ms, else 1 + how many times 1 % above 1 ms."""
-    age = np.asarray(age_us, dtype=np.float64)
-    out = np.zeros(len(age), dtype=np.int64)
-    over = age >= LATENCY_FLOOR_US
-    out[over] = 1 + np.floor(np.log(age[over] / LATENCY_FLOOR_US) / np.log(LATENCY_RATIO)).astype(np.int64)
-    return out
+    """The bin of each age (µs): how many edges of :data:`LATENCY_EDGES_US` are at or below it (0
+    below 1 ms, else 1 + how many times 1 % above 1 ms)."""
+    return np.searchsorted(LATENCY_EDGES_US, np.asarray(age_us, dtype=np.float64), side="right").astype(np.int64)
 
 
 def latency_seconds(bins: np.ndarray) -> np.ndarray:
@@ -222,6 +222,15 @@ def unsigned(column: np.ndarray) -> np.ndarray:
     """A 64-bit header field back from its signed column."""
     return np.asarray(column, dtype=np.int64).view(np.uint64)
 
+
+
+def rows_read(table: pa.Table) -> int:
+    """How many Kafka rows a fetched table stands for: its rows, or where they are decoded (``kind``),
+    each run's records and every other row but the latency ones."""
+    if "kind" not in table.column_names:
+        return table.num_rows
+    counted = pc.not_equal(table.column("kind"), KIND_LATENCY)
+    return int(pc.sum(pc.filter(table.column("count"), counted)).as_py() or 0)
 
 
 def decode_table(table: pa.Table, topics: dict[int, str] | None = None) -> pa.Table:

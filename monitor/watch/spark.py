@@ -27,6 +27,7 @@ from monitor.cluster.java import Java, find_java
 from monitor.config import Config
 from monitor.record_format import HEADER_SIZE
 from monitor.watch import cds, ship
+from monitor.watch.jvm_decode import decoded_in_jvm, decoder_jar
 from monitor.watch.topics import topics_by_src
 
 SPARK_JAVA_MAX = 21
@@ -50,6 +51,9 @@ logger.spark_util.level = error
 
 def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app: str = "vigil-watch") -> SparkSession:
     connector = jars.spark_kafka_connector_jars(progress)
+    decoder = []
+    if decode_mode(cfg) == "jvm":
+        decoder = [decoder_jar(cfg.watch.java_home, progress)]
     java = find_java(cfg.watch.java_home, max_major=SPARK_JAVA_MAX)
     os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(os.path.realpath(java.executable)))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -63,7 +67,7 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
         builder.appName(app)
         .config("spark.pyspark.python", python)
         .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.jars", ",".join(connector))
+        .config("spark.jars", ",".join(map(str, [*connector, *decoder])))
         .config("spark.driver.memory", cfg.watch.driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -129,19 +133,25 @@ def union_of_sources(spark: SparkSession, cfg: Config, with_ledger: bool = True,
 
 
 def fetched_sources(spark: SparkSession, cfg: Config) -> DataFrame:
-    """What the watch query hands its batch handler: runs decoded on the executors
-    (``watch.decode_on``), else the sources' headers without their topic: the driver decodes them and
-    names each row's topic from its ``src`` (:func:`monitor.watch.topics.topics_by_src`; the name was a
-    quarter of a fetched row's bytes)."""
-    if decode_on_executors(cfg):
+    """What the watch query hands its batch handler (``watch.decode_on``): runs decoded in Spark's JVM
+    or by the executors' Python, else the sources' headers without their topic: the driver decodes them
+    and names each row's topic from its ``src`` (:func:`monitor.watch.topics.topics_by_src`; the name
+    was a quarter of a fetched row's bytes)."""
+    mode = decode_mode(cfg)
+    if mode == "jvm":
+        return decoded_in_jvm(spark, union_of_sources(spark, cfg, headers_only=True), topics_by_src(cfg))
+    if mode == "executors":
         return decoded_sources(spark, cfg)
     return union_of_sources(spark, cfg, headers_only=True).drop("topic")
 
 
-def decode_on_executors(cfg: Config) -> bool:
-    """Whether the executors decode the headers (``watch.decode_on``; auto: unless Spark runs in local mode)."""
+def decode_mode(cfg: Config) -> str:
+    """Where the headers are decoded: ``jvm``, ``executors`` (their Python) or ``driver``
+    (``watch.decode_on``; auto: the JVM in local mode, the executors' Python on a cluster)."""
     mode = cfg.watch.decode_on
-    return mode == "executors" or (mode == "auto" and not cfg.watch.spark_master.startswith("local"))
+    if mode != "auto":
+        return mode
+    return "jvm" if cfg.watch.spark_master.startswith("local") else "executors"
 
 
 def decoded_sources(spark: SparkSession, cfg: Config) -> DataFrame:

@@ -23,6 +23,8 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
     assert out["checker"]["batches"] >= 2  # maxOffsetsPerTrigger split the catch-up
     assert 0 < out["ratio_checker_to_spark"] and 0 < out["ratio_checker_to_bare"] and 0 < out["ratio_fetch_to_spark"]
     assert out["fetch_only"]["rows"] >= reads
+    # local mode decodes in Spark's JVM (watch.decode_on auto): runs, not records, reach the driver
+    assert out["fetch_only"]["driver_rows"] * 5 < out["fetch_only"]["rows"]
 
 
 def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_ready, tmp_path):

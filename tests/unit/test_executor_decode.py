@@ -166,12 +166,14 @@ def test_each_source_s_topic_is_the_one_it_subscribes_to():
     assert sorted(topics_by_src(off)) == [0, 1, 2]
 
 
-def test_the_executors_decode_on_a_cluster_and_the_driver_in_local_mode():
+def test_the_jvm_decodes_in_local_mode_and_the_executors_python_on_a_cluster():
     from monitor.config import parse
-    from monitor.watch.spark import decode_on_executors
+    from monitor.watch.spark import decode_mode
 
-    def on(master: str, mode: str = "auto") -> bool:
-        return decode_on_executors(parse({"watch": {"spark_master": master, "decode_on": mode}}))
+    def on(master: str, mode: str = "auto") -> str:
+        return decode_mode(parse({"watch": {"spark_master": master, "decode_on": mode}}))
 
-    assert not on("local[2]") and on("spark://127.0.0.1:7077") and on("")  # empty: spark-submit's (Kubernetes)
-    assert on("local[2]", "executors") and not on("spark://127.0.0.1:7077", "driver")
+    assert on("local[2]") == "jvm" and on("spark://127.0.0.1:7077") == "executors"
+    assert on("") == "executors"  # empty: spark-submit's (Kubernetes)
+    assert on("local[2]", "executors") == "executors" and on("spark://127.0.0.1:7077", "driver") == "driver"
+    assert on("spark://127.0.0.1:7077", "jvm") == "jvm"
