@@ -1,7 +1,8 @@
-import java.util.ArrayList;
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.Iterator;
-import java.util.List;
+import java.util.Map;
+import java.util.NoSuchElementException;
 import java.util.TreeMap;
 import java.util.zip.CRC32;
 
@@ -52,7 +53,8 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
       bounds[i] = Double.parseDouble(parts[i]);
     }
     StructType schema = StructType.fromDDL(ddl);
-    return df.selectExpr(INPUT).mapPartitions(new JvmDecode(topics.split(",", -1), bounds, fixedNowUs),
+    // (select by name, not by SQL expression: partition and offset are SQL keywords)
+    return df.select(INPUT[0], Arrays.copyOfRange(INPUT, 1, INPUT.length)).mapPartitions(new JvmDecode(topics.split(",", -1), bounds, fixedNowUs),
                                               Encoders.row(schema));
   }
 
@@ -69,15 +71,54 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
 
   @Override
   public Iterator<Row> call(Iterator<Row> rows) {
-    long nowUs = fixedNowUs > 0 ? fixedNowUs : System.currentTimeMillis() * 1000L;
-    List<Row> out = new ArrayList<>();
-    TreeMap<Long, Integer> latency = new TreeMap<>();
-    Rec start = null, prev = null;
-    int count = 0, step = 0, seen = 0;
-    boolean prevBase = false;  // whether prev continued the record before it (before the step rule)
-    long prevDiff = 0;         // prev's txn_index minus the one before it
-    while (rows.hasNext()) {
-      Rec r = decodeRow(rows.next());
+    return new Decoded(rows, fixedNowUs > 0 ? fixedNowUs : System.currentTimeMillis() * 1000L);
+  }
+
+  /** The decoded rows of one partition, each run handed on as soon as it ends (a partition's rows
+   * are not held: a batch may bring maxOffsetsPerTrigger ledger values or foreign records). */
+  private final class Decoded implements Iterator<Row> {
+    private final Iterator<Row> rows;
+    private final long nowUs;
+    private final ArrayDeque<Row> ready = new ArrayDeque<>();
+    private final TreeMap<Long, Integer> latency = new TreeMap<>();
+    private Rec start, prev;
+    private int count, step, seen;
+    private boolean prevBase;  // whether prev continued the record before it (before the step rule)
+    private long prevDiff;     // prev's txn_index minus the one before it
+    private boolean done;
+
+    Decoded(Iterator<Row> rows, long nowUs) {
+      this.rows = rows;
+      this.nowUs = nowUs;
+    }
+
+    @Override
+    public boolean hasNext() {
+      fill();
+      return !ready.isEmpty();
+    }
+
+    @Override
+    public Row next() {
+      fill();
+      if (ready.isEmpty()) {
+        throw new NoSuchElementException();
+      }
+      return ready.poll();
+    }
+
+    private void fill() {
+      while (ready.isEmpty() && !done) {
+        if (rows.hasNext()) {
+          take(decodeRow(rows.next()));
+        } else {
+          finish();
+          done = true;
+        }
+      }
+    }
+
+    private void take(Rec r) {
       boolean base = prev != null && r.canary && prev.canary && r.src == prev.src && r.partition == prev.partition
           && r.offset == prev.offset + 1 && r.writerId == prev.writerId && r.incarnation == prev.incarnation
           && prev.seq != -1L && r.seq == prev.seq + 1 && r.txnId == prev.txnId && r.abort == prev.abort
@@ -91,7 +132,7 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
         count++;
       } else {
         if (start != null) {
-          out.add(runRow(start, count, step));
+          ready.add(runRow(start, count, step));
         }
         start = r;
         count = 1;
@@ -106,15 +147,17 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
       prev = r;
       seen++;
     }
-    if (start != null) {
-      out.add(runRow(start, count, step));
+
+    private void finish() {
+      if (start != null) {
+        ready.add(runRow(start, count, step));
+      }
+      for (Map.Entry<Long, Integer> e : latency.entrySet()) {
+        long key = e.getKey();
+        ready.add(RowFactory.create((byte) (key / 1_000_000L), null, -1, key % 1_000_000L, nowUs, null, KIND_LATENCY,
+                                    0L, 0L, 0L, 0L, 0L, (short) 0, 0, 0, 0L, 0, e.getValue(), 0));
+      }
     }
-    for (java.util.Map.Entry<Long, Integer> e : latency.entrySet()) {
-      long key = e.getKey();
-      out.add(RowFactory.create((byte) (key / 1_000_000L), null, -1, key % 1_000_000L, nowUs, null, KIND_LATENCY,
-                                0L, 0L, 0L, 0L, 0L, (short) 0, 0, 0, 0L, 0, e.getValue(), 0));
-    }
-    return out.iterator();
   }
 
   /** How many edges are at or below age: 0 below the first (1 ms), as executor.latency_bin. */

@@ -10,8 +10,8 @@ to Spark's ``spark.jars``, which ships it to the executors of a cluster.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -22,7 +22,9 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 
 from monitor.cluster import jars
-from monitor.eos.build import BuildError, javac_for
+from monitor.cluster.java import JavaError, find_java
+from monitor.durable import replace_durably
+from monitor.eos.build import BuildError
 
 SOURCE = Path(__file__).with_name("JvmDecode.java")
 CLASS = "JvmDecode"
@@ -34,20 +36,48 @@ def spark_jars_dir() -> Path:
     return Path(pyspark.__file__).resolve().parent / "jars"
 
 
+@functools.lru_cache(maxsize=None)
+def javac_for_spark(java_home: str = "") -> str | None:
+    """javac beside the Java Spark runs on (``watch.java_home``, or the newest Java Spark supports),
+    or None where that Java is a JRE only."""
+    from monitor.watch.spark import SPARK_JAVA_MAX
+
+    try:
+        java = find_java(java_home, max_major=SPARK_JAVA_MAX)
+    except JavaError:
+        return None
+    javac = Path(java.executable).resolve().with_name("javac")
+    return str(javac) if javac.exists() else None
+
+
+def _whole(jar: Path) -> bool:
+    """Whether ``jar`` holds the class (a build cut short by a crash leaves less, or nothing)."""
+    try:
+        with zipfile.ZipFile(jar) as z:
+            return f"{CLASS}.class" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def decoder_jar(java_home: str = "", progress: Callable[[str], None] = lambda _m: None) -> Path:
     """The jar holding ``JvmDecode`` (compiled first when the source or Spark changed)."""
     import pyspark
 
     digest = hashlib.sha256(SOURCE.read_bytes() + pyspark.__version__.encode()).hexdigest()[:12]
     target = jars.cache_root() / f"jvm-decode-{digest}.jar"
-    if target.exists():
+    if _whole(target):
         return target
+    javac = javac_for_spark(java_home)
+    if javac is None:
+        raise BuildError("watch.decode_on: jvm compiles monitor/watch/JvmDecode.java once, and the Java Spark runs on "
+                         "has no javac beside it (a JRE only): install a JDK (scripts/bootstrap.sh installs "
+                         "openjdk-17-jdk-headless), or set watch.decode_on: driver")
     progress("compiling the JVM decoder (javac)")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".jvm-decode-", dir=target.parent))
     try:
         # --release 17: Spark's JVM may be 17 or 21 (monitor.watch.spark.SPARK_JAVA_MAX)
-        proc = subprocess.run([javac_for(java_home), "-nowarn", "--release", "17", "-d", str(tmp / "classes"),
+        proc = subprocess.run([javac, "-nowarn", "--release", "17", "-d", str(tmp / "classes"),
                                "-cp", str(spark_jars_dir() / "*"), str(SOURCE)],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
@@ -56,7 +86,8 @@ def decoder_jar(java_home: str = "", progress: Callable[[str], None] = lambda _m
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:  # (a jar is a zip; no manifest needed)
             for cls in sorted((tmp / "classes").glob("*.class")):
                 jar.write(cls, cls.name)
-        os.replace(part, target)  # whole or not at all; a concurrent build that won is as good
+        # durably, whole or not at all (a concurrent build that won is as good)
+        replace_durably(target, lambda f: f.write(part.read_bytes()), tmp=tmp / "decoder.jar.part")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

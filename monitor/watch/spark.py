@@ -27,7 +27,7 @@ from monitor.cluster.java import Java, find_java
 from monitor.config import Config
 from monitor.record_format import HEADER_SIZE
 from monitor.watch import cds, ship
-from monitor.watch.jvm_decode import decoded_in_jvm, decoder_jar
+from monitor.watch import jvm_decode
 from monitor.watch.topics import topics_by_src
 
 SPARK_JAVA_MAX = 21
@@ -53,7 +53,10 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
     connector = jars.spark_kafka_connector_jars(progress)
     decoder = []
     if decode_mode(cfg) == "jvm":
-        decoder = [decoder_jar(cfg.watch.java_home, progress)]
+        decoder = [jvm_decode.decoder_jar(cfg.watch.java_home, progress)]
+    elif cfg.watch.decode_on == "auto" and cfg.watch.spark_master.startswith("local"):
+        progress("no javac beside Spark's Java (a JRE only): the driver decodes the canary headers "
+                 "(watch.decode_on; a JDK lets Spark's JVM do it)")
     java = find_java(cfg.watch.java_home, max_major=SPARK_JAVA_MAX)
     os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(os.path.realpath(java.executable)))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -139,7 +142,7 @@ def fetched_sources(spark: SparkSession, cfg: Config) -> DataFrame:
     was a quarter of a fetched row's bytes)."""
     mode = decode_mode(cfg)
     if mode == "jvm":
-        return decoded_in_jvm(spark, union_of_sources(spark, cfg, headers_only=True), topics_by_src(cfg))
+        return jvm_decode.decoded_in_jvm(spark, union_of_sources(spark, cfg, headers_only=True), topics_by_src(cfg))
     if mode == "executors":
         return decoded_sources(spark, cfg)
     return union_of_sources(spark, cfg, headers_only=True).drop("topic")
@@ -147,11 +150,14 @@ def fetched_sources(spark: SparkSession, cfg: Config) -> DataFrame:
 
 def decode_mode(cfg: Config) -> str:
     """Where the headers are decoded: ``jvm``, ``executors`` (their Python) or ``driver``
-    (``watch.decode_on``; auto: the JVM in local mode, the executors' Python on a cluster)."""
+    (``watch.decode_on``; auto: the JVM in local mode — the driver where Spark's Java has no javac
+    to compile the decoder with — and the executors' Python on a cluster)."""
     mode = cfg.watch.decode_on
     if mode != "auto":
         return mode
-    return "jvm" if cfg.watch.spark_master.startswith("local") else "executors"
+    if not cfg.watch.spark_master.startswith("local"):
+        return "executors"
+    return "jvm" if jvm_decode.javac_for_spark(cfg.watch.java_home) else "driver"
 
 
 def decoded_sources(spark: SparkSession, cfg: Config) -> DataFrame:

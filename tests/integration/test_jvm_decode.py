@@ -20,7 +20,15 @@ from monitor.watch.jvm_decode import decoded_in_jvm, decoder_jar
 pytestmark = pytest.mark.integration
 
 NOW_US = 1_800_000_000_000_000
-TOPICS = {0: "canary", 1: "canary", 2: "canary-ledger"}
+TOPICS = {0: "canary", 1: "canary", 2: "canary-ledger", 3: "canary-eos-out", 4: "canary-group-obs"}
+HEADER = rf.encode(rf.CanaryRecord(5, 1, 1, 1), 48)
+ODD = [  # well-formed but for one rule each (monitor.record_format.decode)
+    HEADER[:2] + b"\x02" + HEADER[3:],  # version 2
+    HEADER[:3] + b"\x80" + HEADER[4:],  # an unknown flag
+    HEADER[:44] + (12).to_bytes(4, "big"),  # padding said 12, none there
+    rf.encode(rf.CanaryRecord(1, 1, 1, 1, txn_id=0, txn_size=2), 48),  # transaction fields without a transaction
+    rf.encode(rf.CanaryRecord(1, 1, 1, 1, txn_id=4, txn_size=2, txn_index=2), 48),  # index past the size
+]
 WRITERS = [(0x0123_4567_89AB_CDEF, 1), (2**64 - 5, 7), (99, 0)]
 INPUT = pa.schema([("src", pa.int8()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary()),
                    ("vlen", pa.int32()), ("vcrc", pa.int64()), ("ts_us", pa.int64())])
@@ -44,11 +52,11 @@ def stretch(draw, seqs: dict) -> list[bytes | None]:
     kind = draw(st.sampled_from(["run", "run", "run", "txn", "odd"]))
     if kind == "odd":
         return draw(st.lists(st.one_of(st.binary(max_size=70), st.just(rf.MAGIC), st.just(b"V"), st.none(),
-                                       st.just(rf.encode(rf.CanaryRecord(1, 1, 1, 1, txn_id=0, txn_size=2), 48))),
-                             min_size=1, max_size=3))
+                                       st.sampled_from(ODD)), min_size=1, max_size=3))
     writer, incarnation = draw(st.sampled_from(WRITERS))
     key = (writer, incarnation)
-    seq = draw(st.sampled_from([seqs.get(key, 0), seqs.get(key, 0) + 2, 2**64 - 2]))
+    seq = draw(st.sampled_from([seqs.get(key, 0), seqs.get(key, 0) + 2, 2**64 - 2, 2**63 - 2]))
+    produced = draw(st.sampled_from([NOW_US, 2**64 - 3]))  # (a clock past 2**63 µs: an age that wraps)
     n = draw(st.integers(1, 8))
     size = draw(st.sampled_from([48, 60]))
     out = []
@@ -60,13 +68,13 @@ def stretch(draw, seqs: dict) -> list[bytes | None]:
         txn_id = draw(st.integers(1, 3))
         for k in range(n):
             at = index + k * step + draw(st.sampled_from([0, 0, 0, 1]))  # now and then a broken step
-            out.append(rf.encode(rf.CanaryRecord(writer, incarnation, (seq + k) % 2**64, NOW_US - draw(st.integers(
-                -5, 10**8)), txn_id=txn_id, txn_size=txn_size, txn_index=min(at, 2**16 - 1), flags=flags), size))
+            out.append(rf.encode(rf.CanaryRecord(writer, incarnation, (seq + k) % 2**64, (produced - draw(st.integers(
+                -5, 10**8))) % 2**64, txn_id=txn_id, txn_size=txn_size, txn_index=min(at, 2**16 - 1), flags=flags), size))
     else:
         flags = draw(st.sampled_from([0, 0, rf.FLAG_DRILL]))
         for k in range(n):
             out.append(rf.encode(rf.CanaryRecord(writer, incarnation, (seq + k) % 2**64,
-                                                 NOW_US - draw(st.integers(-5, 10**10)), flags=flags), size))
+                                                 (produced - draw(st.integers(-5, 10**10))) % 2**64, flags=flags), size))
     seqs[key] = (seq + n) % 2**64
     return out
 
@@ -76,10 +84,11 @@ def kafka_rows(draw) -> pa.Table:
     """A few topic-partitions of the two readers and the ledger, in offset order, as
     monitor.watch.spark.union_of_sources gives them with headers_only."""
     rows = []
-    for src, partition in draw(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.integers(0, 2)), min_size=1,
+    offset, seqs = 0, {}
+    for src, partition in draw(st.lists(st.tuples(st.sampled_from([0, 1, 2, 3, 4]), st.integers(0, 2)), min_size=1,
                                         max_size=4, unique=True)):
-        offset = draw(st.integers(0, 10**6))
-        seqs: dict = {}
+        if draw(st.booleans()):  # else the offsets and seqs go on where the last topic-partition's stopped:
+            offset, seqs = draw(st.integers(0, 10**6)), {}  # no run may span the two
         for _ in range(draw(st.integers(1, 6))):
             for value in draw(stretch(seqs)):
                 whole = value
@@ -156,3 +165,20 @@ def test_every_kind_of_row_is_there(spark):
     assert got[2]["digest"] == zlib.crc32(b"junk") and got[2]["length"] == 4
     bins = {r["offset"]: r["count"] for r in got if r["kind"] == ex.KIND_LATENCY}
     assert bins == {int(ex.latency_bin([2_000_000])[0]): 4, int(ex.latency_bin([1500])[0]): 3}
+
+
+def test_no_run_spans_two_readers_or_two_partitions(spark):
+    """Records that would make one run but for their source or partition (the generator above meets
+    this case only now and then): a run each."""
+    def row(src: int, partition: int, offset: int, seq: int) -> dict:
+        v = rf.encode(rf.CanaryRecord(5, 1, seq, NOW_US - 3000), 48)
+        return {"src": src, "partition": partition, "offset": offset, "value": v, "vlen": 48, "vcrc": zlib.crc32(v),
+                "ts_us": offset}
+
+    rows = [row(0, 0, 10 + i, i) for i in range(3)] + [row(1, 0, 13 + i, 3 + i) for i in range(3)] + [
+        row(1, 1, 16 + i, 6 + i) for i in range(3)]
+    table = pa.Table.from_pylist(rows, schema=INPUT)
+    got = jvm_rows(spark, table, 1)
+    assert got == python_rows(table)
+    assert [(r["src"], r["partition"], r["offset"], r["count"]) for r in got if r["kind"] == ex.KIND_CANARY] == [
+        (0, 0, 10, 3), (1, 0, 13, 3), (1, 1, 16, 3)]

@@ -166,14 +166,42 @@ def test_each_source_s_topic_is_the_one_it_subscribes_to():
     assert sorted(topics_by_src(off)) == [0, 1, 2]
 
 
-def test_the_jvm_decodes_in_local_mode_and_the_executors_python_on_a_cluster():
+def test_the_jvm_decodes_in_local_mode_and_the_executors_python_on_a_cluster(monkeypatch):
     from monitor.config import parse
+    from monitor.watch import jvm_decode
     from monitor.watch.spark import decode_mode
 
     def on(master: str, mode: str = "auto") -> str:
         return decode_mode(parse({"watch": {"spark_master": master, "decode_on": mode}}))
 
+    monkeypatch.setattr(jvm_decode, "javac_for_spark", lambda _home="": "/usr/bin/javac")
     assert on("local[2]") == "jvm" and on("spark://127.0.0.1:7077") == "executors"
     assert on("") == "executors"  # empty: spark-submit's (Kubernetes)
     assert on("local[2]", "executors") == "executors" and on("spark://127.0.0.1:7077", "driver") == "driver"
     assert on("spark://127.0.0.1:7077", "jvm") == "jvm"
+    monkeypatch.setattr(jvm_decode, "javac_for_spark", lambda _home="": None)  # Spark's Java a JRE only
+    assert on("local[2]") == "driver" and on("local[2]", "jvm") == "jvm"
+
+
+def test_a_jar_cut_short_is_built_again_and_no_javac_is_a_clear_error(tmp_path, monkeypatch):
+    import pytest
+
+    from monitor.eos.build import BuildError
+    from monitor.watch import jvm_decode
+
+    monkeypatch.setenv("VIGIL_JAR_CACHE", str(tmp_path))
+    monkeypatch.setattr(jvm_decode, "javac_for_spark", lambda _home="": None)
+    with pytest.raises(BuildError, match="no javac beside it.*watch.decode_on: driver"):
+        jvm_decode.decoder_jar()
+    import hashlib
+
+    import pyspark
+
+    digest = hashlib.sha256(jvm_decode.SOURCE.read_bytes() + pyspark.__version__.encode()).hexdigest()[:12]
+    cut = tmp_path / f"jvm-decode-{digest}.jar"
+    cut.write_bytes(b"")  # the name of a jar whose content a crash lost
+    with pytest.raises(BuildError):  # not taken as built: it would be compiled again
+        jvm_decode.decoder_jar()
+    with zipfile.ZipFile(cut, "w") as z:
+        z.writestr("JvmDecode.class", b"\xca\xfe")
+    assert jvm_decode.decoder_jar() == cut  # a whole one is used as it is
