@@ -325,7 +325,8 @@ class WatchConfig(_Model):
         "where each partition is read (monitor/watch/JvmDecode.java, compiled once with javac; a row per run "
         "reaches the driver), on the executors' Python (a row per run reaches the driver; Vigil's code is "
         "shipped to them) or in the driver (each record's header, length and CRC-32 reach it); auto = the JVM "
-        "in local mode (measured fastest on one machine), the executors' Python on a cluster")
+        "in local mode (measured fastest on one machine; the driver where Spark's Java has no javac beside it), the "
+        "executors' Python on a cluster")
     executor_python: str = Field("", description="the Python Spark's executors run (spark.pyspark.python; it "
                                  "needs numpy and pyarrow, Vigil's own code is shipped to it); empty = the driver's")
     java_home: str = Field("", description="JDK for Spark (17 or 21); empty = found automatically")
