@@ -54,8 +54,8 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
     }
     StructType schema = StructType.fromDDL(ddl);
     // (select by name, not by SQL expression: partition and offset are SQL keywords)
-    return df.select(INPUT[0], Arrays.copyOfRange(INPUT, 1, INPUT.length)).mapPartitions(new JvmDecode(topics.split(",", -1), bounds, fixedNowUs),
-                                              Encoders.row(schema));
+    return df.select(INPUT[0], Arrays.copyOfRange(INPUT, 1, INPUT.length))
+        .mapPartitions(new JvmDecode(topics.split(",", -1), bounds, fixedNowUs), Encoders.row(schema));
   }
 
   /** One record's decoded columns (zeros where it is not a well-formed canary record). */
@@ -82,8 +82,9 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
     private final ArrayDeque<Row> ready = new ArrayDeque<>();
     private final TreeMap<Long, Integer> latency = new TreeMap<>();
     private Rec start, prev;
-    private int count, step, seen;
-    private boolean prevBase;  // whether prev continued the record before it (before the step rule)
+    private int count, step;
+    private boolean prevBase;  // whether prev continued the record before it (before the step rule; false
+                               // for a partition's first two rows, as the step rule wants)
     private long prevDiff;     // prev's txn_index minus the one before it
     private boolean done;
 
@@ -124,7 +125,7 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
           && prev.seq != -1L && r.seq == prev.seq + 1 && r.txnId == prev.txnId && r.abort == prev.abort
           && r.txnSize == prev.txnSize;
       long diff = prev == null ? 0 : (long) r.txnIndex - prev.txnIndex;
-      boolean follows = base && (seen < 2 || !prevBase || diff == prevDiff);
+      boolean follows = base && (!prevBase || diff == prevDiff);
       if (follows) {
         if (count == 1) {
           step = r.txnIndex - start.txnIndex;
@@ -145,7 +146,6 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
       prevBase = base;
       prevDiff = diff;
       prev = r;
-      seen++;
     }
 
     private void finish() {

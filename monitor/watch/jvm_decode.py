@@ -59,12 +59,17 @@ def _whole(jar: Path) -> bool:
         return False
 
 
-def decoder_jar(java_home: str = "", progress: Callable[[str], None] = lambda _m: None) -> Path:
-    """The jar holding ``JvmDecode`` (compiled first when the source or Spark changed)."""
+def jar_path() -> Path:
+    """Where the jar of this source and Spark version lives in the jar cache (it may not exist)."""
     import pyspark
 
     digest = hashlib.sha256(SOURCE.read_bytes() + pyspark.__version__.encode()).hexdigest()[:12]
-    target = jars.cache_root() / f"jvm-decode-{digest}.jar"
+    return jars.cache_root() / f"jvm-decode-{digest}.jar"
+
+
+def decoder_jar(java_home: str = "", progress: Callable[[str], None] = lambda _m: None) -> Path:
+    """The jar holding ``JvmDecode`` (compiled first when the source or Spark changed)."""
+    target = jar_path()
     if _whole(target):
         return target
     javac = javac_for_spark(java_home)

@@ -26,8 +26,7 @@ from monitor.cluster import jars
 from monitor.cluster.java import Java, find_java
 from monitor.config import Config
 from monitor.record_format import HEADER_SIZE
-from monitor.watch import cds, ship
-from monitor.watch import jvm_decode
+from monitor.watch import cds, jvm_decode, ship
 from monitor.watch.topics import topics_by_src
 
 SPARK_JAVA_MAX = 21
@@ -51,10 +50,10 @@ logger.spark_util.level = error
 
 def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app: str = "vigil-watch") -> SparkSession:
     connector = jars.spark_kafka_connector_jars(progress)
-    decoder = []
-    if decode_mode(cfg) == "jvm":
+    decoder, mode = [], decode_mode(cfg)
+    if mode == "jvm":
         decoder = [jvm_decode.decoder_jar(cfg.watch.java_home, progress)]
-    elif cfg.watch.decode_on == "auto" and cfg.watch.spark_master.startswith("local"):
+    elif mode == "driver" and cfg.watch.decode_on == "auto":  # (auto's choice in local mode without a javac)
         progress("no javac beside Spark's Java (a JRE only): the driver decodes the canary headers "
                  "(watch.decode_on; a JDK lets Spark's JVM do it)")
     java = find_java(cfg.watch.java_home, max_major=SPARK_JAVA_MAX)
