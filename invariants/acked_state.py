@@ -28,12 +28,9 @@ class ExpectedRun:
     late_below: int = field(compare=False)  # the reader's frontier when the ack arrived
     cls: WriteClass = field(compare=False)
 
-    def to_doc(self, t: ClassTable) -> list:
-        return [self.first_offset, self.count, self.writer_id, self.inc, self.first_seq, self.done_ts_us,
-                self.late_below, t.ref(self.cls)]
-
     @classmethod
     def from_doc(cls, d: list, t: ClassTable) -> "ExpectedRun":
+        """The saved form, as :meth:`AckedState.to_doc` writes it: the fields in order, the class a reference."""
         return cls(*d[:7], t.get(d[7]))
 
 
@@ -252,7 +249,9 @@ class AckedState:
     last_pushed: ExpectedRun | None = field(default=None, repr=False, compare=False)  # still in pending: may grow
 
     def to_doc(self, t: ClassTable) -> dict[str, Any]:
-        return {"pending": [r.to_doc(t) for r in self.pending],
+        ref = t.ref  # (ExpectedRun.to_doc inline: some hundred thousand runs wait early in a catch-up)
+        return {"pending": [[r.first_offset, r.count, r.writer_id, r.inc, r.first_seq, r.done_ts_us, r.late_below,
+                             ref(r.cls)] for r in self.pending],
                 "waiting": [[*w, *j.to_doc(t)] for w, j in self.waiting.items()],
                 "zero_wait": [[*w, t.ref(c)] for w, c in self.zero_wait.items()],
                 "placed_runs": self.placed.runs(t)}

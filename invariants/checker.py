@@ -630,9 +630,13 @@ class Checker(TopicLifecycle):
             self.txns.on_write_decided(ev.write, ev.txn, ev.cls)
         elif isinstance(ev, TxnDecided):
             expect, found = self.txns.on_decided(ev)
-            for wkey, off in expect:
+            if expect:
                 cls = self.txns.txns[ev.txn].cls
-                self._expect(RC, wkey.topic_id, wkey.partition, off, 1, wkey.writer_id, wkey.inc, wkey.seq, 0, cls)
+                # each write in turn, those that follow the one before (next seq at the next offset) in
+                # one call: the family would join them into the same expected run one by one
+                for wkey, off, n in _consecutive(expect):
+                    self._expect(RC, wkey.topic_id, wkey.partition, off, n, wkey.writer_id, wkey.inc, wkey.seq, 0,
+                                 cls)
             self.sink.extend(found)
         elif isinstance(ev, WriterClassified):
             self.writer_classes[(ev.writer_id, ev.inc)] = ev.cls
@@ -674,3 +678,19 @@ def _group_detail(f: GroupFinding) -> str:
     if f.invariant == "group_rewind":
         return f"member {f.member}, observation {f.at}: below the group's acknowledged committed offset"
     return f"member {f.member}, observation {f.at}: no live owner for longer than the stall threshold"
+
+
+def _consecutive(pairs: list[tuple[WriteKey, int]]) -> list[tuple[WriteKey, int, int]]:
+    """(write, offset) pairs, in their order, as (first write, its offset, count) groups of pairs
+    each of which is the next seq of the same writer incarnation and partition at the next offset."""
+    out: list[list] = []
+    for wkey, off in pairs:
+        last = out[-1] if out else None
+        if last is not None:
+            w, at, n = last
+            if (wkey.seq == w.seq + n and off == at + n and wkey.partition == w.partition
+                    and wkey.writer_id == w.writer_id and wkey.inc == w.inc and wkey.topic_id == w.topic_id):
+                last[2] += 1
+                continue
+        out.append([wkey, off, 1])
+    return [(w, at, n) for w, at, n in out]

@@ -181,12 +181,20 @@ class ClassTable:
     def __init__(self, classes: list[WriteClass] | None = None) -> None:
         self.classes: list[WriteClass] = list(classes or [])
         self._index: dict[WriteClass, int] = {c: i for i, c in enumerate(self.classes)}
+        # by identity first (a save refers to the same few objects some hundred thousand times, and
+        # a class's hash walks its fields); the objects are kept, so an id is never reused meanwhile
+        self._by_id: dict[int, int] = {}
+        self._seen: list[WriteClass] = []
 
     def ref(self, cls: WriteClass) -> int:
-        i = self._index.get(cls)
+        i = self._by_id.get(id(cls))
         if i is None:
-            i = self._index[cls] = len(self.classes)
-            self.classes.append(cls)
+            i = self._index.get(cls)
+            if i is None:
+                i = self._index[cls] = len(self.classes)
+                self.classes.append(cls)
+            self._by_id[id(cls)] = i
+            self._seen.append(cls)
         return i
 
     def get(self, i: int) -> WriteClass:

@@ -80,7 +80,7 @@ from typing import Any, Callable, Container
 
 from invariants.accounting import TxnDecided, TxnWritesAcked, TxnWritesIntended
 from invariants.catalog import Invariant
-from invariants.doc_runs import keeping, runs_in_order, unpack_runs
+from invariants.doc_runs import keeping, unpack_runs
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
 from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
@@ -129,6 +129,7 @@ class TxnTrack:
         self._read_top = None
         self._packed.pop("rc_reads", None)
         self._packed.pop("ru_reads", None)
+        self._packed.pop("indexes", None)
 
     def read_top(self) -> dict[tuple[str, int], int]:
         """The highest offset read_committed read of it per partition (not to be changed)."""
@@ -144,9 +145,9 @@ class TxnTrack:
     def _pack(self, name: str) -> list:
         got = self._packed.get(name) if keeping() else None
         if got is None:
-            got = self._packed[name] = _pack_writes(
+            got = self._packed[name] = (_pack_indexes(self.indexes) if name == "indexes" else _pack_writes(
                 {"writes": self.writes, "acked": self.acked.items(), "rc_reads": self.rc_reads.items(),
-                 "ru_reads": self.ru_reads}[name])
+                 "ru_reads": self.ru_reads}[name]))
         return got
 
     def _span(self) -> tuple[dict, dict, set]:
@@ -189,7 +190,7 @@ class TxnTrack:
                 "partial_counted": self.partial_counted,
                 "decided": [list(w) for w in self.decided], "classed": self.classed,
                 "intended_abort": self.intended_abort, "size": self.size,
-                "indexes": [[*w, i] for w, i in self.indexes.items()], "reread": self.reread}
+                "indexes_runs": self._pack("indexes"), "reread": self.reread}
 
     @classmethod
     def from_doc(cls, d: dict[str, Any], t: ClassTable) -> "TxnTrack":
@@ -201,7 +202,7 @@ class TxnTrack:
                    None if d["decided_at"] is None else {ViewKey.from_doc(k[:3]): k[3] for k in d["decided_at"]},
                    d["partial_counted"], t.get(d["cls"]), {WriteKey(*w) for w in d["decided"]}, d["classed"],
                    d.get("intended_abort", False), d.get("size", 0),
-                   {WriteKey(*w): i for *w, i in d.get("indexes", ())}, d.get("reread", False))
+                   _unpack_indexes(d), d.get("reread", False))
 
 
 def _pack_writes(writes: Any) -> list:
@@ -209,12 +210,61 @@ def _pack_writes(writes: Any) -> list:
     partition, the runs those of :func:`invariants.doc_runs.pack_runs` (a write's offset, or its seq
     again for a set): a transaction's writes on a partition are consecutive seqs, and where they were
     acknowledged and read consecutive offsets, so a write is a few bytes, not a row."""
+    # (one pass over the sorted writes, no numpy: a transaction's few hundred rows, packed once per
+    # change; the keys are distinct, so pairs sort by their write)
+    items = sorted(writes)
+    valued = bool(items) and not isinstance(items[0], WriteKey)
+    out: list = []
+    runs: list[list[int]] = []
+    part: tuple[str, int] | None = None
+    last: list[int] | None = None
+    for item in items:
+        if valued:
+            (tid, p, wid, inc, seq), at = item
+        else:
+            tid, p, wid, inc, seq = item
+            at = seq
+        if part != (tid, p):
+            part, runs, last = (tid, p), [], None
+            out.append([tid, p, runs])
+        if last is not None and seq == last[2] + last[4] and at == last[3] + last[4] and wid == last[0] \
+                and inc == last[1]:
+            last[4] += 1
+        else:
+            last = [wid, inc, seq, at, 1]
+            runs.append(last)
+    return out
+
+
+def _pack_indexes(indexes: dict[WriteKey, int]) -> list:
+    """The header's index of each write read (``TxnTrack.indexes``) as ``[topic_id, partition,
+    runs]`` per partition, a run ``[writer_id, inc, first_seq, first_index, count, step]`` standing
+    for the writes ``first_seq + i`` of index ``first_index + i * step``: a transaction spread over
+    n partitions has indexes n apart on each (one row per write, they were 80 % of the bench's state)."""
     by_part: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-    for item in writes:
-        w, at = item if isinstance(item[0], WriteKey) else (item, item.seq)
-        by_part.setdefault((w.topic_id, w.partition), []).append((w.writer_id, w.inc, w.seq, at))
-    # (a transaction's few rows: pack_runs' sorted runs without numpy's cost per call)
-    return [[tid, p, runs_in_order(sorted(rows))] for (tid, p), rows in sorted(by_part.items())]
+    for w, index in indexes.items():
+        by_part.setdefault((w.topic_id, w.partition), []).append((w.writer_id, w.inc, w.seq, index))
+    out = []
+    for (tid, p), rows in sorted(by_part.items()):
+        runs: list[list[int]] = []
+        for wid, inc, seq, index in sorted(rows):
+            last = runs[-1] if runs else None
+            if (last is not None and last[0] == wid and last[1] == inc and last[2] + last[4] == seq
+                    and (last[4] == 1 or last[3] + last[4] * last[5] == index)):
+                if last[4] == 1:
+                    last[5] = index - last[3]
+                last[4] += 1
+            else:
+                runs.append([wid, inc, seq, index, 1, 0])
+        out.append([tid, p, runs])
+    return out
+
+
+def _unpack_indexes(d: dict[str, Any]) -> dict[WriteKey, int]:
+    if "indexes_runs" not in d:  # saved one row per write (state version 4)
+        return {WriteKey(*w): i for *w, i in d.get("indexes", ())}
+    return {WriteKey(tid, p, wid, inc, seq + i): first + i * step for tid, p, runs in d["indexes_runs"]
+            for wid, inc, seq, first, n, step in runs for i in range(n)}
 
 
 def _unpack_writes(d: dict[str, Any], name: str, valued: bool = False) -> Any:

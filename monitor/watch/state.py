@@ -10,8 +10,9 @@ batches) are saved the same way before they are exported.
 The file is a versioned JSON document (``vigil-state.json``, ``{"format": "vigil-watch-state",
 "version": N, ...}``) written field by field from the objects it describes
 (:meth:`WatchState.to_doc`), never a pickle of them. A state of another version is refused
-with a message naming both versions (version 3, the one before, is read and saved as this one); version 1 (``vigil-state.pkl``, a pickle written by Vigil
-0.1) cannot be read by this version.
+with a message naming both versions (versions 3 and 4, the ones before, are read and saved as
+this one); version 1 (``vigil-state.pkl``, a pickle written by Vigil 0.1) cannot be read by this
+version.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from monitor.metrics import E2E_BUCKETS, E2E_BUCKETS_BEFORE, rebucket
 STATE_FILE = "vigil-state.json"
 LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
 STATE_FORMAT = "vigil-watch-state"
-STATE_VERSION = 4  # 4: the latency histogram's bounds saved with it (finer buckets); 3 is read and carried over
-READS_VERSIONS = (3, STATE_VERSION)
+# 4: the latency histogram's bounds saved with it (finer buckets); 3 is read and carried over.
+# 5: a transaction's header indexes saved as runs (a version 4 reader would find none); 3 and 4 are read
+STATE_VERSION = 5
+READS_VERSIONS = (3, 4, STATE_VERSION)
 # the recovery command, named by every error about a damaged state
 REBUILD_HINT = ("rebuild it with `vigil state rebuild` (its counts come back from the evidence, the rest from "
                 "reading the retained logs again; see docs/runbooks.md#a-damaged-checker-state)")

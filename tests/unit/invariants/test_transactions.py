@@ -1,5 +1,8 @@
 """transactions: aborted_read and partial_txn — one tiny history each."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from invariants.ledger_format import TxnOutcome
 from invariants.model import RC, RU, TxnKey, WriteKey
 from tests.unit.invariants.tiny import FILLER, Story, honest, rec
@@ -238,15 +241,33 @@ def test_a_transaction_saved_one_row_per_write_loads_as_the_packed_form_does():
     t.acked = {w: 100 + w.seq for w in writes}  # consecutive offsets: runs
     t.rc_reads = {w: 100 + w.seq for w in writes[:3]}
     t.ru_reads = set(writes[2:5])
+    t.indexes = {w: 2 * (w.seq - 10) + w.partition for w in writes[:3]}  # two partitions: indexes 2 apart
     tab = ClassTable()
     packed = {**t.doc_without_class(), "cls": tab.ref(t.cls)}
     assert len(packed["acked_runs"]) == 2 and all(len(runs) == 1 for _t, _p, runs in packed["acked_runs"])
+    assert packed["indexes_runs"] == [["T", 0, [[7, 1, 10, 0, 3, 2]]]]
     rows = {k: v for k, v in packed.items() if not k.endswith("_runs")}
     rows.update(writes=[list(w) for w in t.writes], acked=[[*w, o] for w, o in t.acked.items()],
-                rc_reads=[[*w, o] for w, o in t.rc_reads.items()], ru_reads=[list(w) for w in t.ru_reads])
+                rc_reads=[[*w, o] for w, o in t.rc_reads.items()], ru_reads=[list(w) for w in t.ru_reads],
+                indexes=[[*w, i] for w, i in t.indexes.items()])  # (state version 4)
     for doc in (packed, rows):
         back = TxnTrack.from_doc(doc, tab)
-        assert (back.writes, back.acked, back.rc_reads, back.ru_reads) == (t.writes, t.acked, t.rc_reads, t.ru_reads)
+        assert ((back.writes, back.acked, back.rc_reads, back.ru_reads, back.indexes)
+                == (t.writes, t.acked, t.rc_reads, t.ru_reads, t.indexes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.tuples(st.sampled_from(["T", "U"]), st.integers(0, 2), st.sampled_from([7, 2**64 - 1]),
+                                 st.integers(0, 2), st.integers(0, 12)),
+                       st.integers(-5, 40), max_size=40))
+def test_header_indexes_packed_as_stepped_runs_unpack_to_the_same_indexes(rows):
+    """Any header indexes, saved as runs of a constant step, load back exactly (a run of one has
+    step 0; two rows make any step; a third joins only on that step)."""
+    from invariants.transactions import _pack_indexes, _unpack_indexes
+
+    indexes = {WriteKey(*k): i for k, i in rows.items()}
+    packed = _pack_indexes(indexes)
+    assert _unpack_indexes({"indexes_runs": packed}) == indexes
 
 
 def test_the_writes_a_transaction_waits_for_count_each_once_whatever_the_order_of_intents_and_acks():
@@ -313,3 +334,22 @@ def test_what_a_transaction_keeps_made_once_follows_every_change_of_what_it_come
     fam.on_vanished(WriteKey("t", 0, 7, 1, 4), 104)
     check()
     assert fam.txns[tkey].read_top() == {("t", 0): 103}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.tuples(st.sampled_from(["T", "U"]), st.integers(0, 2), st.sampled_from([7, 2**64 - 1]),
+                                 st.integers(0, 2), st.integers(0, 12)),
+                       st.integers(0, 3), max_size=40), st.booleans())
+def test_a_transactions_writes_packed_as_runs_unpack_to_the_same_writes_in_the_fewest_runs(rows, valued):
+    """A transaction's writes (a set) or its acks and reads (write -> offset; the offsets here the
+    seq plus a small shift, so that runs form and break) load back exactly, and no run could join
+    the next: same partition, writer and incarnation, the next seq at the next offset."""
+    from invariants.transactions import _pack_writes, _unpack_writes
+
+    writes = {WriteKey(*k): k[4] + shift for k, shift in rows.items()}
+    packed = _pack_writes(writes.items() if valued else set(writes))
+    back = _unpack_writes({"w_runs": packed}, "w", valued=valued)
+    assert back == (writes if valued else set(writes))
+    for _tid, _p, runs in packed:
+        for a, b in zip(runs, runs[1:]):
+            assert (a[0], a[1], a[2] + a[4], a[3] + a[4]) != (b[0], b[1], b[2], b[3])
