@@ -40,13 +40,6 @@ class UnconfirmedRun:
     count: int
 
 
-def _write_keys(topic_id: str, partition: int, writer_id: int, inc: int, first_seq: int, count: int) -> list[WriteKey]:
-    """The keys of seqs ``first_seq ..`` of one writer incarnation on one partition (tuple.__new__
-    skips the named tuple's argument handling: a transaction's entries name up to a hundred writes)."""
-    make = tuple.__new__
-    return [make(WriteKey, (topic_id, partition, writer_id, inc, seq)) for seq in range(first_seq, first_seq + count)]
-
-
 @dataclass(frozen=True, slots=True)
 class TxnWritesIntended:
     """A transaction's writes ``first_seq .. first_seq + count - 1`` of one partition, intended."""
@@ -59,9 +52,6 @@ class TxnWritesIntended:
     count: int
     txn: TxnKey
     cls: WriteClass = UNKNOWN_CLASS
-
-    def writes(self) -> list[WriteKey]:
-        return _write_keys(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq, self.count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +69,6 @@ class TxnWritesAcked:
     done_ts_us: int
     cls: WriteClass = UNKNOWN_CLASS
     ack_ts_us: int = 0  # when the writer had the acks, by its clock (OutcomeRun.done_ts_us)
-
-    def writes(self) -> list[tuple[WriteKey, int]]:
-        keys = _write_keys(self.topic_id, self.partition, self.writer_id, self.inc, self.first_seq, self.count)
-        return list(zip(keys, range(self.first_offset, self.first_offset + self.count)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,13 @@ class WriteKey(NamedTuple):
         return (self.topic_id, self.partition)
 
 
+def write_keys(topic_id: str, partition: int, writer_id: int, inc: int, first_seq: int, count: int) -> list[WriteKey]:
+    """The keys of seqs ``first_seq ..`` of one writer incarnation on one partition (tuple.__new__
+    skips the named tuple's argument handling: a transaction's entries name up to a hundred writes)."""
+    make = tuple.__new__
+    return [make(WriteKey, (topic_id, partition, writer_id, inc, seq)) for seq in range(first_seq, first_seq + count)]
+
+
 class TxnKey(NamedTuple):
     writer_id: int
     inc: int

@@ -82,7 +82,7 @@ from invariants.accounting import TxnDecided, TxnWritesAcked, TxnWritesIntended
 from invariants.catalog import Invariant
 from invariants.doc_runs import keeping, unpack_runs
 from invariants.ledger_format import TxnOutcome
-from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey
+from invariants.model import RC, RU, Isolation, TxnKey, ViewKey, Violation, WriteKey, write_keys
 from invariants.promises import UNKNOWN_CLASS, ClassTable, WriteClass
 from invariants.read_index import PartitionView
 from invariants.txn_headers import judge_by_headers, read_past
@@ -117,6 +117,25 @@ class TxnTrack:
     _acked_span: tuple[dict, dict, set] | None = field(default=None, repr=False, compare=False)
     _read_top: dict[tuple[str, int], int] | None = field(default=None, repr=False, compare=False)
     _packed: dict[str, list] = field(default_factory=dict, repr=False, compare=False)
+    # the longest list of write keys made so far per (topic, partition, writer, incarnation), with its
+    # first seq: the ack and both readers of a write use the intent's key object (one, not four)
+    _keys: dict[tuple[str, int, int, int], tuple[int, list[WriteKey]]] = field(default_factory=dict, repr=False,
+                                                                             compare=False)
+
+    def keys(self, topic_id: str, partition: int, writer_id: int, inc: int, first_seq: int,
+             count: int) -> list[WriteKey]:
+        """The keys of seqs ``first_seq ..`` of ``count`` writes on one partition (equal keys
+        whichever objects they are: taken from a list made before where it covers them)."""
+        where = (topic_id, partition, writer_id, inc)
+        got = self._keys.get(where)
+        if got is not None:
+            start = first_seq - got[0]
+            if 0 <= start and start + count <= len(got[1]):
+                return got[1][start:start + count]
+        keys = write_keys(topic_id, partition, writer_id, inc, first_seq, count)
+        if got is None or count > len(got[1]):
+            self._keys[where] = (first_seq, keys)
+        return keys
 
     def writes_changed(self) -> None:
         """Its writes or acknowledgements are about to change."""
@@ -326,7 +345,7 @@ class TransactionsFamily:
         t = self.track(tkey)
         t.writes_changed()
         self._first_class(t, ev.cls)
-        new = set(ev.writes())
+        new = set(t.keys(ev.topic_id, ev.partition, ev.writer_id, ev.inc, ev.first_seq, ev.count))
         new -= t.writes
         if new:
             t.writes |= new
@@ -338,7 +357,8 @@ class TransactionsFamily:
         t = self.track(ev.txn)
         t.writes_changed()
         self._first_class(t, ev.cls)
-        pairs = ev.writes()
+        pairs = list(zip(t.keys(ev.topic_id, ev.partition, ev.writer_id, ev.inc, ev.first_seq, ev.count),
+                         range(ev.first_offset, ev.first_offset + ev.count)))
         if t.undecided_writes > 0:  # what TxnTrack.write_decided does for each (the keys are distinct)
             waiting = {w for w, _ in pairs}
             waiting &= t.writes
@@ -410,11 +430,7 @@ class TransactionsFamily:
         t = self.track(tkey)
         t.reads_changed()
         t.intended_abort |= run.intended_abort
-        # (tuple.__new__ skips the named tuple's argument handling: a run of a transaction is up to a
-        # hundred records, read by both readers)
-        make = tuple.__new__
-        writes = [make(WriteKey, (topic_id, partition, run.writer_id, run.inc, seq))
-                  for seq in range(run.seq, run.seq + run.count)]
+        writes = t.keys(topic_id, partition, run.writer_id, run.inc, run.seq, run.count)
         out: list[Violation] = []
         if iso is not RC:
             seen = t.ru_reads

@@ -353,3 +353,17 @@ def test_a_transactions_writes_packed_as_runs_unpack_to_the_same_writes_in_the_f
     for _tid, _p, runs in packed:
         for a, b in zip(runs, runs[1:]):
             assert (a[0], a[1], a[2] + a[4], a[3] + a[4]) != (b[0], b[1], b[2], b[3])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 20), st.integers(0, 12)), max_size=12))
+def test_a_transactions_write_keys_are_the_same_values_whether_made_or_taken_from_an_earlier_list(asks):
+    """TxnTrack.keys hands the intent's key objects to its acks and reads where they cover them:
+    any sequence of asks gets exactly the keys it names."""
+    from invariants.model import write_keys
+    from invariants.transactions import TxnTrack
+
+    t = TxnTrack(TxnKey(7, 1, 3))
+    for p, first, count in asks:
+        assert t.keys("T", p, 7, 1, first, count) == write_keys("T", p, 7, 1, first, count)
+    assert all(k.partition == p for (_t, p, _w, _i), (_f, keys) in t._keys.items() for k in keys)
