@@ -105,6 +105,7 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
         .option("maxOffsetsPerTrigger", str(cfg.watch.max_offsets_per_trigger))
         .option("kafkaConsumer.pollTimeoutMs", str(cfg.watch.poll_timeout_ms))
         .option("kafka.isolation.level", isolation)
+        .option("kafka.fetch.max.wait.ms", str(cfg.watch.fetch_max_wait_ms))
         .load()
     )
     columns = [F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset"]

@@ -1,7 +1,7 @@
 import pytest
 
 from monitor.client_config import spark_source
-from monitor.config import parse
+from monitor.config import ConfigError, parse
 
 
 def test_security_settings_reach_the_java_client_in_its_own_terms():
@@ -74,3 +74,50 @@ def test_find_java_keeps_what_the_jvm_said_of_its_build():
 
     java = find_java("", max_major=21)
     assert str(java.major) in java.version and "version" in java.version
+
+
+class _Reader:
+    """Spark's DataStreamReader as far as monitor.watch.spark.source uses it: the options it is given."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, str] = {}
+
+    def format(self, _name):
+        return self
+
+    def option(self, key, value):
+        self.options[key] = value
+        return self
+
+    def load(self):
+        return self
+
+    def select(self, *_columns):
+        return self
+
+
+class _Column:
+    """A column expression, as far as source builds them (no Spark context needed)."""
+
+    def __call__(self, *_a):
+        return self
+
+    def __getattr__(self, _name):
+        return self
+
+
+def test_each_kafka_source_reads_with_the_configured_isolation_and_fetch_wait(monkeypatch):
+    """kafka.fetch.max.wait.ms comes from watch.fetch_max_wait_ms (50 by default: Kafka's 500 held a
+    batch's task that long when read_committed found nothing new), beside the isolation level."""
+    from types import SimpleNamespace
+
+    from monitor.watch import spark
+
+    monkeypatch.setattr(spark, "F", _Column())
+    for watch, wait in (({}, "50"), ({"fetch_max_wait_ms": 0}, "0"), ({"fetch_max_wait_ms": 500}, "500")):
+        reader = _Reader()
+        spark.source(SimpleNamespace(readStream=reader), parse({"watch": watch}), "t", "read_committed", 0)
+        assert reader.options["kafka.fetch.max.wait.ms"] == wait
+        assert reader.options["kafka.isolation.level"] == "read_committed" and reader.options["subscribe"] == "t"
+    with pytest.raises(ConfigError, match="watch.fetch_max_wait_ms: Input should be less than or equal to 500"):
+        parse({"watch": {"fetch_max_wait_ms": 501}})
