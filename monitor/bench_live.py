@@ -168,6 +168,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
                         "p50_s": _round(percentile(E2E_BUCKETS, counts, 0.5)),
                         "p99_s": _round(percentile(E2E_BUCKETS, counts, 0.99))}
         result.update({"produce_to_checked": e2e, "time_split": _time_split(first, last),
+                       "state_mb": round(last.get(("vigil_state_bytes", ()), 0.0) / 2**20, 3),
                        "detection": _summary(detections), "missed_drills": missed,
                        "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
     finally:

@@ -83,4 +83,5 @@ def bench(
         for iso, f in lv["produce_to_checked"].items():
             console.print(f"produce→checked {iso}: p50 {f['p50_s']} s, p99 {f['p99_s']} s ({f['records']:,} records)")
         console.print(f"detection: {lv['detection']} (missed {lv['missed_drills']})")
+        console.print(f"checker state at the end: {lv['state_mb']} MB")
     err_console.print("reads count both isolation levels (2 × records)")
