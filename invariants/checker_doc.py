@@ -17,7 +17,7 @@ from invariants.ledger_format import TopicSettings, WriterSettings
 from invariants.model import Durability, Settings, ViewKey, Violation
 from invariants.offset_set import OffsetSet
 from invariants.offsets import OffsetsFamily
-from invariants.promises import ClassTable
+from invariants.promises import ClassTable, SaveClassTable
 from invariants.read_index import PartitionView
 from invariants.sequence import SequenceFamily
 from invariants.transactions import TransactionsFamily
@@ -28,7 +28,7 @@ DOC_VERSION = 4
 
 
 def to_doc(ck: Any) -> dict[str, Any]:
-    t = ClassTable()
+    t = SaveClassTable()
     body = {
         "counts": [[inv.value, iso.value, d.value, n] for (inv, iso, d), n in ck.sink.counts.items()],
         "lost_by_writer": [[w, iso.value, d.value, cause, n]

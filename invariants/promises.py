@@ -181,20 +181,12 @@ class ClassTable:
     def __init__(self, classes: list[WriteClass] | None = None) -> None:
         self.classes: list[WriteClass] = list(classes or [])
         self._index: dict[WriteClass, int] = {c: i for i, c in enumerate(self.classes)}
-        # by identity first (a save refers to the same few objects some hundred thousand times, and
-        # a class's hash walks its fields); the objects are kept, so an id is never reused meanwhile
-        self._by_id: dict[int, int] = {}
-        self._seen: list[WriteClass] = []
 
     def ref(self, cls: WriteClass) -> int:
-        i = self._by_id.get(id(cls))
+        i = self._index.get(cls)
         if i is None:
-            i = self._index.get(cls)
-            if i is None:
-                i = self._index[cls] = len(self.classes)
-                self.classes.append(cls)
-            self._by_id[id(cls)] = i
-            self._seen.append(cls)
+            i = self._index[cls] = len(self.classes)
+            self.classes.append(cls)
         return i
 
     def get(self, i: int) -> WriteClass:
@@ -206,3 +198,22 @@ class ClassTable:
     @classmethod
     def from_doc(cls, doc: list) -> "ClassTable":
         return cls([WriteClass.from_doc(d) for d in doc])
+
+
+class SaveClassTable(ClassTable):
+    """The table of one save: the same numbers, found by the object's identity first (a save refers
+    to the same few objects some hundred thousand times, and a class's hash walks its fields). Only
+    for the length of a save: it keeps every object it was shown (so that no id is reused meanwhile),
+    and writers make a new, equal class at each start and checkpoint."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_id: dict[int, int] = {}
+        self._shown: list[WriteClass] = []
+
+    def ref(self, cls: WriteClass) -> int:
+        i = self._by_id.get(id(cls))
+        if i is None:
+            i = self._by_id[id(cls)] = super().ref(cls)
+            self._shown.append(cls)
+        return i

@@ -339,11 +339,12 @@ class WatchConfig(_Model):
                                          "so a catch-up batch stays short")
     poll_timeout_ms: int = Field(30000, ge=1000, description="kafkaConsumer.pollTimeoutMs: how long a hung "
                                  "fetch blocks a batch before the query fails and is restarted")
-    fetch_max_wait_ms: int = Field(50, ge=0, le=500, description="kafka.fetch.max.wait.ms of Spark's Kafka "
+    fetch_max_wait_ms: int = Field(50, ge=10, le=500, description="kafka.fetch.max.wait.ms of Spark's Kafka "
                                    "consumers: how long a fetch that finds nothing new waits at the broker. A "
                                    "consumer's fetch sent ahead at the end of a batch holds the next batch's fetch "
                                    "from that broker until it returns, and read_committed finds nothing new while a "
-                                   "transaction is open: Kafka's 500 ms held a batch's task that long")
+                                   "transaction is open: Kafka's 500 ms held a batch's task that long (10 at least: a "
+                                   "consumer waiting for data fetches again as soon as one comes back empty)")
     starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest", description="where a new checkpoint starts reading the canary and ledger topics")
     settle_offsets: int = Field(Settings.settle_offsets, ge=1, description="H: a write missing at its acked offset o is lost once "

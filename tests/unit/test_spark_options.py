@@ -114,10 +114,12 @@ def test_each_kafka_source_reads_with_the_configured_isolation_and_fetch_wait(mo
     from monitor.watch import spark
 
     monkeypatch.setattr(spark, "F", _Column())
-    for watch, wait in (({}, "50"), ({"fetch_max_wait_ms": 0}, "0"), ({"fetch_max_wait_ms": 500}, "500")):
+    for watch, wait in (({}, "50"), ({"fetch_max_wait_ms": 10}, "10"), ({"fetch_max_wait_ms": 500}, "500")):
         reader = _Reader()
         spark.source(SimpleNamespace(readStream=reader), parse({"watch": watch}), "t", "read_committed", 0)
         assert reader.options["kafka.fetch.max.wait.ms"] == wait
         assert reader.options["kafka.isolation.level"] == "read_committed" and reader.options["subscribe"] == "t"
     with pytest.raises(ConfigError, match="watch.fetch_max_wait_ms: Input should be less than or equal to 500"):
         parse({"watch": {"fetch_max_wait_ms": 501}})
+    with pytest.raises(ConfigError, match="watch.fetch_max_wait_ms: Input should be greater than or equal to 10"):
+        parse({"watch": {"fetch_max_wait_ms": 0}})

@@ -83,3 +83,23 @@ def test_the_state_is_encoded_as_the_standard_library_would_read_it_whatever_it_
     assert json.loads(encode(doc)) == json.loads(json.dumps(doc))
     big = {"x": [2**64, 2**70]}
     assert json.loads(encode(big)) == big
+
+
+def test_a_version_4_state_with_header_indexes_one_row_per_write_loads_as_this_version_saves_it(tmp_path):
+    """Version 5 saves a transaction's header indexes as runs; a version 4 state (one row per
+    write, else the same) is read, and saved again as version 5, to the same state."""
+    h = build(2, [("partial_txn_unwritten", 0), ("aborted_read", 1), ("partial_txn_unwritten", 1)], 4,
+              random.Random(3))
+    st = state_store.WatchState(SETTINGS, batch_id=3)
+    st.checker = run_live(h, SETTINGS, random.Random(4), restart_p=0.0)
+    state_store.save(tmp_path, st)
+    doc = json.loads((tmp_path / state_store.STATE_FILE).read_bytes())
+    txns = doc["checker"]["txns"]["txns"]
+    assert any(t["indexes_runs"] for t in txns)  # (the history's transactions were read)
+    for t in txns:
+        t["indexes"] = [[tid, p, wid, inc, seq + i, first + i * step]
+                        for tid, p, runs in t.pop("indexes_runs") for wid, inc, seq, first, n, step in runs
+                        for i in range(n)]
+    doc["version"] = 4
+    (tmp_path / state_store.STATE_FILE).write_text(json.dumps(doc))
+    assert state_store.load(tmp_path, SETTINGS).to_doc() == st.to_doc()

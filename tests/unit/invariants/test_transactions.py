@@ -302,6 +302,9 @@ def test_the_writes_a_transaction_waits_for_count_each_once_whatever_the_order_o
     assert t.undecided_writes == 0 and len(t.acked) == 7
 
 
+PACKED = ("writes", "acked", "rc_reads", "ru_reads", "indexes")  # what TxnTrack._pack keeps between saves
+
+
 def test_what_a_transaction_keeps_made_once_follows_every_change_of_what_it_comes_from():
     """A transaction's highest read offset per partition and its saved form are made once and kept
     until what they come from changes: after reads, a vanished record and new acks they are what
@@ -315,12 +318,12 @@ def test_what_a_transaction_keeps_made_once_follows_every_change_of_what_it_come
 
     def fresh(t):
         again = TxnTrack(t.key, set(t.writes), t.outcome, t.undecided_writes, dict(t.acked), dict(t.rc_reads),
-                         set(t.aborted_counted), set(t.ru_reads))
-        return again.read_top(), {k: again._pack(k) for k in ("writes", "acked", "rc_reads", "ru_reads")}
+                         set(t.aborted_counted), set(t.ru_reads), indexes=dict(t.indexes))
+        return again.read_top(), {k: again._pack(k) for k in PACKED}
 
     def check():
         t = fam.txns[tkey]
-        assert (t.read_top(), {k: t._pack(k) for k in ("writes", "acked", "rc_reads", "ru_reads")}) == fresh(t)
+        assert (t.read_top(), {k: t._pack(k) for k in PACKED}) == fresh(t)
 
     fam.on_read_run(RC, tkey, "t", 0, ReadRun(100, 3, 7, 1, 0, txn_id=3, txn_size=6, txn_index=0, txn_step=1))
     check()
@@ -367,3 +370,21 @@ def test_a_transactions_write_keys_are_the_same_values_whether_made_or_taken_fro
     for p, first, count in asks:
         assert t.keys("T", p, 7, 1, first, count) == write_keys("T", p, 7, 1, first, count)
     assert all(k.partition == p for (_t, p, _w, _i), (_f, keys) in t._keys.items() for k in keys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["T", "U"]), st.integers(0, 1), st.sampled_from([7, 8]),
+                          st.integers(0, 1), st.integers(0, 6), st.integers(0, 8)), max_size=25))
+def test_a_decided_transactions_writes_are_expected_in_groups_each_the_next_seq_at_the_next_offset(rows):
+    """The checker expects a committed transaction's acknowledged writes group by group, in their
+    order: each group is the next seq of the same writer incarnation and partition at the next
+    offset (what the acked family joins into one expected run when told them one by one), and no
+    group could have joined the one before."""
+    from invariants.checker import _consecutive
+
+    pairs = [(WriteKey(*r[:5]), r[5]) for r in {r[:5]: r for r in rows}.values()]
+    groups = _consecutive(pairs)
+    assert [(WriteKey(w.topic_id, w.partition, w.writer_id, w.inc, w.seq + i), at + i)
+            for w, at, n in groups for i in range(n)] == pairs
+    for (w, at, n), (w2, at2, _n2) in zip(groups, groups[1:]):
+        assert (w.topic_id, w.partition, w.writer_id, w.inc, w.seq + n, at + n) != (*w2, at2)
