@@ -127,6 +127,8 @@ class PeakRss:
 
 BENCH_WRITERS = 3  # idempotent writers pre-filling side by side, and one transactional writer
 TXN_SIZE = 100  # records per transaction of the pre-fill's transactional writer
+PREFILL_LEAD = 0.002  # how far ahead of the pre-fill's slowest writer (in shares of their records) the others may be
+PREFILL_SLACK = 2 * TXN_SIZE  # and by how many records more (so the slowest can always write its next step)
 
 
 def prefill_writers(cfg: Config, records: int) -> list[tuple[WriterConfig, int]]:
@@ -148,6 +150,20 @@ def prefill_writers(cfg: Config, records: int) -> list[tuple[WriterConfig, int]]
     return out
 
 
+def side_by_side(threads: list[WriterThread], records: int) -> Callable[[], int]:
+    """How many of its ``records`` a pre-fill writer may have planned by now: as far as the slowest of
+    ``threads`` (all of them, once the list is complete) got through its own share, and a little
+    more. The transactional writer is several times slower per record than the idempotent ones:
+    unpaced, they finished first and it wrote the last tenth of the topic alone, so the ledger's
+    entries (mostly its transactions') were bunched at the end, unlike a canary's, whose writers
+    write side by side at their rates throughout."""
+    def allowed() -> int:
+        slowest = min(t.writer.planned / t.max_records for t in threads if t.max_records)
+        return int(records * (slowest + PREFILL_LEAD)) + PREFILL_SLACK
+
+    return allowed
+
+
 def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
     """Fill the canary topic with ``records`` canary records (and their ledger) once: the canary's
     own writers (:func:`prefill_writers`) side by side, at full speed."""
@@ -160,8 +176,11 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
         progress(f"{cfg.canary.name} already holds {have} offsets")
         return have
     stop = threading.Event()
-    threads = [WriterThread(open_writer(cfg, w, topics, instance_id=f"{cfg.resolved_instance_id()}-{cfg.canary.name}-{w.name}"),
-                            stop, max_records=n) for w, n in prefill_writers(cfg, records) if n]
+    shares = [(w, n) for w, n in prefill_writers(cfg, records) if n]
+    threads: list[WriterThread] = []
+    for w, n in shares:
+        writer = open_writer(cfg, w, topics, instance_id=f"{cfg.resolved_instance_id()}-{cfg.canary.name}-{w.name}")
+        threads.append(WriterThread(writer, stop, max_records=n, allowed=side_by_side(threads, n)))
     started = time.monotonic()
     for t in threads:
         t.start()
@@ -290,6 +309,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             n = sum(ck.records_checked.values())
             result.figures["checker"] = {
                 **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 3),
+                "state_mb_peak": round(runtime.state_bytes_peak / 2**20, 3),  # the largest saved during the run
                 "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
                 "reads_per_row": round(n / max(runtime.rows_in, 1), 1),  # what the executors' runs saved the driver
                 "batch_seconds": {k: round(v, 1) for k, v in sorted(runtime.batch_seconds.items())},

@@ -113,18 +113,19 @@ class WriterThread(threading.Thread):
     """Runs one writer until ``stop``; keeps the exception if it dies."""
 
     def __init__(self, writer: CanaryWriter, stop: threading.Event, duration: float | None = None,
-                 max_records: int | None = None) -> None:
+                 max_records: int | None = None, allowed: Callable[[], int] | None = None) -> None:
         super().__init__(name=f"writer-{writer.cfg.name}", daemon=True)
         self.writer = writer
         self.stop_event = stop
         self.duration = duration
         self.max_records = max_records
+        self.allowed = allowed
         self.error: BaseException | None = None
         self.trace = ""
 
     def run(self) -> None:
         try:
-            self.writer.run(self.stop_event, self.duration, self.max_records)
+            self.writer.run(self.stop_event, self.duration, self.max_records, self.allowed)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             self.error = exc
             self.trace = traceback.format_exc()

@@ -298,9 +298,11 @@ class CanaryWriter(TopicFollowing, AckChecking):
     def records_per_step(self) -> int:
         return 1
 
-    def run(self, stop: threading.Event, duration: float | None = None, max_records: int | None = None) -> None:
+    def run(self, stop: threading.Event, duration: float | None = None, max_records: int | None = None,
+            allowed: Callable[[], int] | None = None) -> None:
         """Write at the configured rate until ``stop`` is set, ``duration`` passes or
-        ``max_records`` were planned; then finish cleanly."""
+        ``max_records`` were planned; then finish cleanly. ``allowed``: how many records may be
+        planned by now (the bench's pre-fill keeps its writers side by side with it)."""
         self.start()
         started = time.monotonic()
         per_step = self.records_per_step()
@@ -324,6 +326,8 @@ class CanaryWriter(TopicFollowing, AckChecking):
                     owed = int(self.cfg.rate * elapsed) - self.planned
                 else:
                     owed = MAX_BATCH
+                if allowed is not None:
+                    owed = min(owed, allowed() - self.planned)
                 step = per_step
                 if max_records is not None:
                     owed = min(owed, max_records - self.planned)
@@ -337,7 +341,8 @@ class CanaryWriter(TopicFollowing, AckChecking):
                             break
                         raise
                 else:
-                    wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0
+                    # (without a rate, only ``allowed`` holds it back: it is asked again soon)
+                    wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0.01
                     self._serve(min(max(wait, 0.0), 0.05))
                 self.flush_outcomes()
                 if time.monotonic() - self._last_checkpoint >= self.checkpoint_s:

@@ -33,7 +33,7 @@ def bench(
     `--rate` writes/s and reports produce-to-checked latency and, over `--drills` drills, the
     detection latency (drill written to counter moved on /metrics), p50 and p99.
 
-    The topic is `vigil-bench-<records>-mixed` (replication factor 1, its own ledger), filled once
+    The topic is `vigil-bench-<records>-paced` (replication factor 1, its own ledger), filled once
     on the configured cluster or the local one (started if needed) by three idempotent writers and
     a transactional one side by side, as fast as they go. Machines are noisy: compare the ratios of
     one run, and repeat for medians.
@@ -43,7 +43,8 @@ def bench(
     from monitor.cluster.access import up_for
 
     cfg = load_config(config)
-    topic = f"vigil-bench-{records}-mixed"  # (the pre-fill of earlier versions was one writer: a new name)
+    # (a new name whenever the pre-fill changes shape: one writer at first, then unpaced writers: -mixed)
+    topic = f"vigil-bench-{records}-paced"
     names = own_application_canaries(topic)  # (the copy keeps the derived ones)
     cfg = cfg.model_copy(update={
         "canary": cfg.canary.model_copy(update={"name": topic, "replication_factor": 1, "min_insync_replicas": 1}),
@@ -75,6 +76,10 @@ def bench(
             console.print(f"{name:14} {f['records_per_s']:>12,} records/s  ({f['reads']:,} reads in "
                           f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB, "
                           f"{f['cpu_s_per_m_reads']} CPU s per million reads)")
+    if "checker" in result:
+        f = result["checker"]
+        console.print(f"checker state  {f['state_mb']} MB at the end, {f['state_mb_peak']} MB at most "
+                      f"({f['batches']} batches)")
     for key in ("ratio_checker_to_spark", "ratio_fetch_to_spark", "ratio_checker_to_bare"):
         if key in result:
             console.print(f"{key}: {result[key]}")

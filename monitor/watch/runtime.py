@@ -80,6 +80,7 @@ class WatchRuntime:
         self._said_save_error = 0.0
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
+        self.state_bytes_peak = self.state_bytes  # the largest state saved since start (the bench reports it)
         self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
         self.rows_in = 0  # rows the micro-batches brought to the driver (runs, single records, latency rows...)
         self.trigger_seconds: Counter[str] = Counter()  # part of Spark's triggers -> seconds since start
@@ -474,6 +475,7 @@ class WatchRuntime:
 
     def _save(self) -> None:
         self.state_bytes = state_store.save(self.dir, self.state)
+        self.state_bytes_peak = max(self.state_bytes_peak, self.state_bytes)
         self.unsaved_liveness.clear()
         self.unsaved_restarts = 0
         self.unsaved_rewinds.clear()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from monitor.clients import admin
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import watch_config
 
@@ -21,6 +24,7 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
     assert out["checker"]["reads_per_row"] > 1  # runs leave the executors, not records
     assert out["checker"]["violations"] == 0
     assert out["checker"]["batches"] >= 2  # maxOffsetsPerTrigger split the catch-up
+    assert 0 < out["checker"]["state_mb"] <= out["checker"]["state_mb_peak"]
     assert 0 < out["ratio_checker_to_spark"] and 0 < out["ratio_checker_to_bare"] and 0 < out["ratio_fetch_to_spark"]
     assert out["fetch_only"]["rows"] >= reads
     # local mode decodes in Spark's JVM (watch.decode_on auto): runs, not records, reach the driver
@@ -28,7 +32,7 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
 
 
 def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_ready, tmp_path):
-    _cfg, path = watch_config(cluster_ready, tmp_path, "bench-live", 0)
+    cfg, path = watch_config(cluster_ready, tmp_path, "bench-live", 0)
     out = vigil_json(path, "bench", "--only", "live", "--drills", "2", "--rate", "500", "--warmup", "5", timeout=600)
     live = out["live"]
     assert live["missed_drills"] == 0 and live["detection"]["n"] == 2
@@ -37,3 +41,9 @@ def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_
         assert live["produce_to_checked"][iso]["records"] > 0
         assert 0 < live["produce_to_checked"][iso]["p50_s"] <= live["produce_to_checked"][iso]["p99_s"]
     assert abs(sum(live["writers"].values()) - 500) < 0.2  # the config's writers, scaled to --rate together
+    # its topics (the canary's, its ledger's, its application canaries') are deleted at the end
+    client, deadline = admin(cfg), time.monotonic() + 15  # (brokers learn of a deletion a moment later)
+    while (left := [t for t in client.list_topics(timeout=10).topics if t.startswith(live["topic"])]) and \
+            time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == []

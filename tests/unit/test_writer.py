@@ -464,3 +464,18 @@ def test_a_stop_while_the_coordinator_never_answers_ends_the_writer_cleanly():
     w.run(stop, max_records=8)
     book = _book(log)
     assert prods[0].txn_calls == ["init"] * 3 and not book.txns and not book.writes
+
+
+def test_a_writer_plans_no_more_than_it_is_allowed_and_goes_on_when_allowed_more():
+    """The bench's pre-fill keeps its writers side by side (monitor.bench.side_by_side)."""
+    w, log, _ = _setup(WriterConfig(name="w", rate=0))
+    asked = []
+
+    def allowed() -> int:
+        asked.append(w.planned)
+        return 12 if len(asked) < 20 else 30  # held at 12 for a while, then let through
+
+    w.run(threading.Event(), max_records=30, allowed=allowed)
+    assert w.planned == 30
+    assert max(n for n in asked[:19]) == 12  # never past what it was allowed
+    assert sum(len(log[("canary", p)]) for p in range(3)) == 30
