@@ -158,7 +158,8 @@ def side_by_side(threads: list[WriterThread], records: int) -> Callable[[], int]
     entries (mostly its transactions') were bunched at the end, unlike a canary's, whose writers
     write side by side at their rates throughout."""
     def allowed() -> int:
-        slowest = min(t.writer.planned / t.max_records for t in threads if t.max_records)
+        going = [t.writer.planned / t.max_records for t in threads if t.max_records and t.error is None]
+        slowest = min(going, default=1.0)  # (a writer that failed holds no one back: the pre-fill stops)
         return int(records * (slowest + PREFILL_LEAD)) + PREFILL_SLACK
 
     return allowed
@@ -186,6 +187,8 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
         t.start()
     while any(t.is_alive() for t in threads):
         time.sleep(2.0)
+        if any(t.error is not None for t in threads):
+            stop.set()  # the others would wait for it: they stop, and the failure is raised below
         done = sum(t.writer.planned for t in threads)
         progress(f"prefill: {done}/{records} records ({done / (time.monotonic() - started):,.0f}/s)")
     failed = [t for t in threads if t.error is not None]

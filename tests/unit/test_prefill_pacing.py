@@ -10,8 +10,8 @@ from hypothesis import given, strategies as st
 from monitor.bench import PREFILL_LEAD, PREFILL_SLACK, TXN_SIZE, side_by_side
 
 
-def _threads(done_and_total):
-    return [SimpleNamespace(writer=SimpleNamespace(planned=d), max_records=n) for d, n in done_and_total]
+def _threads(done_and_total, error=None):
+    return [SimpleNamespace(writer=SimpleNamespace(planned=d), max_records=n, error=error) for d, n in done_and_total]
 
 
 @given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 10**6)).map(lambda t: (min(t), t[1])),
@@ -29,3 +29,8 @@ def test_each_writer_is_allowed_the_slowest_writers_share_of_its_records_and_a_l
 def test_a_writer_ahead_of_the_slowest_waits_for_it():
     threads = _threads([(500_000, 1_000_000), (10_000, 200_000)])  # 50 % and 5 % through
     assert side_by_side(threads, 1_000_000)() == int(1_000_000 * (0.05 + PREFILL_LEAD)) + PREFILL_SLACK < 500_000
+
+
+def test_a_writer_that_failed_holds_no_one_back():
+    threads = _threads([(500_000, 1_000_000)]) + _threads([(10_000, 200_000)], error=RuntimeError("gone"))
+    assert side_by_side(threads, 1_000_000)() > 500_000
