@@ -115,9 +115,11 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-live-"))
     port = free_port()
     scale = rate / max(sum(w.rate for w in cfg.writers), 1e-9)
+    # its own topics: named after the time and its directory, so two runs never share (and delete) one
+    name = f"vigil-bench-live-{int(time.time())}-{tmp.name.rsplit('-', 1)[-1].lower()}"
     live = cfg.model_copy(update={
         "state_dir": str(tmp / "state"),
-        "canary": cfg.canary.model_copy(update={"name": f"vigil-bench-live-{int(time.time())}"}),
+        "canary": cfg.canary.model_copy(update={"name": name}),
         "metrics": cfg.metrics.model_copy(update={"port": port, "bind": "127.0.0.1"}),
         "writers": [w.model_copy(update={"rate": w.rate * scale}) for w in cfg.writers],
     })
@@ -125,15 +127,17 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
     live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"}),
                                    "groups": cfg.groups.model_copy(update=own["groups"]),
                                    "eos": cfg.eos.model_copy(update=own["eos"])})
-    path = tmp / "vigil.yaml"
-    write_document(live, path)
-    topics = prepare_topics(live)
-    out_file, err_file = (tmp / "run.out").open("w"), (tmp / "run.err").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],
-                            stdout=out_file, stderr=err_file)
     result: dict[str, Any] = {"rate": rate, "writers": {w.name: round(w.rate, 1) for w in live.writers},
                               "topic": live.canary.name}
+    proc: subprocess.Popen | None = None
+    failed = True  # until the run is measured and vigil run stopped cleanly: then its topics and directory go
     try:
+        path = tmp / "vigil.yaml"
+        write_document(live, path)
+        topics = prepare_topics(live)
+        with (tmp / "run.out").open("w") as out_file, (tmp / "run.err").open("w") as err_file:
+            proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],
+                                    stdout=out_file, stderr=err_file)
         if not first_batch(port, proc, 180) and proc.poll() is not None:
             raise RuntimeError(f"vigil run exited: {(tmp / 'run.err').read_text()[-2000:]}")
         progress(f"vigil run is checking; warming up {warmup_s:.0f} s at {rate:,.0f} writes/s")
@@ -174,19 +178,20 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
                        "state_mb": round(last.get(("vigil_state_bytes", ()), 0.0) / 2**20, 3),
                        "detection": _summary(detections), "missed_drills": missed,
                        "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
-    except BaseException:
-        progress(f"the live bench failed; vigil run's config, state and output are kept in {tmp}")
-        raise
+        failed = missed > 0
     finally:
-        clean = True
-        if child_run.stop(proc, 120, dump_to=tmp / "threads.txt") == -9:
-            progress(f"vigil run did not stop within 120 s: its threads are in {tmp / 'run.err'} and {tmp / 'threads.txt'}")
-            clean = False
-        out_file.close()
-        err_file.close()
-        delete_run_topics(live, progress)
-    if clean:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if proc is not None:
+            rc = child_run.stop(proc, 120, dump_to=tmp / "threads.txt")
+            if rc == -9:
+                progress(f"vigil run did not stop within 120 s: its threads are in {tmp / 'run.err'} and "
+                         f"{tmp / 'threads.txt'}")
+            failed = failed or rc != 0
+        if failed:  # kept for a look: the run's config, state and output, and the topics they name
+            progress(f"the live bench did not end cleanly: vigil run's config, state and output are kept in {tmp}, "
+                     f"its topics ({live.canary.name}*) in the cluster")
+        else:
+            delete_run_topics(live, progress)
+            shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 

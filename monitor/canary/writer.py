@@ -341,8 +341,9 @@ class CanaryWriter(TopicFollowing, AckChecking):
                             break
                         raise
                 else:
-                    # (without a rate, only ``allowed`` holds it back: it is asked again soon)
-                    wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0.01
+                    wait = (self.planned + per_step) / self.cfg.rate - elapsed if self.cfg.rate > 0 else 0.0
+                    if allowed is not None:  # (it may be what holds the writer back: asked again soon, not spun on)
+                        wait = max(wait, 0.01)
                     self._serve(min(max(wait, 0.0), 0.05))
                 self.flush_outcomes()
                 if time.monotonic() - self._last_checkpoint >= self.checkpoint_s:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 from monitor.clients import admin
 from tests.integration.helpers import vigil_json
@@ -47,3 +49,5 @@ def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_
             time.monotonic() < deadline:
         time.sleep(0.5)
     assert left == []
+    # and its directory (named in its topics' names) is removed: the run ended cleanly
+    assert not (Path(tempfile.gettempdir()) / f"vigil-bench-live-{live['topic'].rsplit('-', 1)[-1]}").exists()
