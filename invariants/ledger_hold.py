@@ -25,9 +25,9 @@ are near it, and the saved state stays about as large as it is live.
   readers are at the end of the canary: live, every batch), and between batches once Spark says a
   trigger read everything there was (:mod:`monitor.watch.ledger_hold`).
 
-**Why no verdict changes.** Verdicts do not depend on when the checker learns an entry (they are
-stable under any batch split and interleaving, :mod:`invariants.checker`; before the hold the
-whole ledger came first), but for the horizon: an acknowledgement applied after the readers passed
+**Why no verdict on the canary's history changes.** Those verdicts do not depend on when the
+checker learns an entry (they are stable under any batch split and interleaving,
+:mod:`invariants.checker`; before the hold the whole ledger came first), but for the horizon: an acknowledgement applied after the readers passed
 its offset by more than ``horizon_offsets`` is ``expired_unread``, the audit's to judge. The offset
 floor applies every acknowledgement before the first read at or past its lowest offset (or in the
 batch it comes in, when the readers passed it already, as live), whatever
@@ -36,7 +36,15 @@ that way; a transaction's end follows its acknowledgements. The threshold only r
 to keep what is fetched of the ledger about ``lead`` ahead of the readers rather than waiting for
 the readers to reach each offset. What may wait longer than live are entries that acknowledge
 nothing and are followed by nothing: a stopped writer's last checkpoint or ``stop``; they wait
-for the threshold, or for the end of the catch-up.
+for the threshold, or for the end of the catch-up. The threshold assumes the canary topic keeps
+its writers' timestamps (``CreateTime``, as Vigil creates it): with ``LogAppendTime`` the brokers'
+clock stands in for the writers', and only entries that acknowledge nothing can wait longer for it.
+
+**What does change.** The ``group_skip`` and ``eos_loss`` confirmations wait for the ledger to be
+read a few seconds further than when the skip or loss was found (``Checker._ledger_behind``, on
+the ledger's clock): in a catch-up the hold keeps that clock near the readers instead of at the
+end of the backlog, so those waits end later. A catch-up's group verdicts are open work either way
+(the wiped-partition test measured group_skip the audit does not find with and without the hold).
 
 Pure: no I/O and no Kafka. The items are opaque (the adapter's ledger rows); the hold keeps their
 order and their timestamps, and can be rebuilt from what it held at each batch
@@ -76,7 +84,7 @@ class LedgerHold:
     read_high: dict[int, int] = field(default_factory=dict)  # canary partition -> the highest offset read so far
 
     def held(self) -> int:
-        return sum(len(q) for q in self.queues.values())
+        return sum(len(q) for q in list(self.queues.values()))  # (a copy: read without the batch lock too)
 
     def oldest_batch(self) -> int | None:
         """The oldest batch with a row still held (None: nothing held)."""

@@ -167,6 +167,11 @@ def load(directory: Path, doc: dict[str, Any] | None, batch_id: int, lead_us: in
                 t = pa.ipc.open_file(source).read_all()
             files.append((b, [admitted(p, ts, v) for p, ts, v in zip(
                 t.column("partition").to_pylist(), t.column("ts_us").to_pylist(), t.column("value").to_pylist())]))
+    rows_in = dict((b, len(rows)) for b, rows in files)
+    for key, b, index in doc.get("heads", []):  # Spark's checkpoint is past these rows: never silently lost
+        if rows_in.get(b, 0) <= index:
+            raise ValueError(f"ledger rows held from batch {b} (partition {key}) are missing: "
+                             f"{path_of(directory, b)} is gone or short")
     return LedgerHold.rebuild(lead_us, doc, files)
 
 

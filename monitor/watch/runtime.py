@@ -324,7 +324,10 @@ class WatchRuntime:
         now (the query read everything: ``availableNow``, or a wait for the catch-up's end)."""
         with self.lock:
             hold = self.state.ledger_hold
-            if not hold.held() or not (at_end or self._release_wanted) or self.applying():
+            if not hold.held():
+                self._release_wanted = False  # (a later catch-up holds again)
+                return
+            if not (at_end or self._release_wanted) or self.applying():
                 return
             self._release_wanted = False
             stats = BatchStats()

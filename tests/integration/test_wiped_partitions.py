@@ -188,42 +188,43 @@ CANARY_HISTORY = ("lost_write", "duplicate", "reorder", "zero_offset", "offset_m
                   "aborted_read", "partial_txn", "outcome_gap")
 
 
-def catch_up(cluster_ready, tmp_path, name: str, port: int, lead_s: float, kill_while_held: bool) -> dict:
-    """A watch over the test's topics with a state of its own, from their start, to their end; its
-    counts. ``kill_while_held``: killed -9 once rows are held beside its state, and started again."""
+def catch_up(cluster_ready, tmp_path, name: str, port: int, lead_s: float,
+             kill_while_held: bool) -> tuple[dict, dict]:
+    """A watch over the test's topics with a state of its own, from their start, to their end
+    (``--until-caught-up``): its counts and the acknowledgements it left unjudged, by reason.
+    ``kill_while_held``: killed -9 once its saved state holds ledger rows, and started again."""
     tmp = tmp_path / f"catch-up-{name}"
     tmp.mkdir()
     cfg, path = watch_config(cluster_ready, tmp, "wiped", port,
                              canary={"replication_factor": 1, "min_insync_replicas": 1, "partitions": 3},
                              watch={"max_offsets_per_trigger": 1500, "ledger_lead_s": lead_s})
     held = cfg.checkpoint_dir() / "ledger-held"
-    watch = Background(path, "watch", name=f"catch-up-{name}-1")
+    watch = None
     try:
         if kill_while_held:
+            watch = Background(path, "watch", name=f"catch-up-{name}-1")
             # (the gauge: rows held by a saved state; a file alone may be a batch's not saved yet)
-            wait_for(lambda: (sample(port, "vigil_ledger_held_rows") or 0) > 0, 240, "ledger rows held in the catch-up",
-                     show=lambda: watch.tail())
+            wait_for(lambda: (sample(port, "vigil_ledger_held_rows") or 0) > 0, 240,
+                     "ledger rows held in the catch-up", show=lambda: watch.tail())
             watch.kill9()
             assert any(held.glob("*.arrow"))
-            watch = Background(path, "watch", name=f"catch-up-{name}-2")
+            watch = Background(path, "watch", "--until-caught-up", "--json", name=f"catch-up-{name}-2")
             wait_for(lambda: metrics_up(port), 120, "the restarted catch-up's /metrics")
             # held again from the files (before Spark's first batch: it takes far longer to come)
             assert sample(port, "vigil_ledger_held_rows") > 0
-        wait_for(lambda: metrics_up(port), 120, "the catch-up's /metrics")
-        seen: list = []
-
-        def read_to_the_end() -> bool:  # nothing held and nothing more read for 10 s
-            now = [sample(port, "vigil_records_checked_total", isolation=iso) for iso in ISOS]
-            seen.append(now if not any(held.glob("*.arrow")) else None)
-            return len(seen) >= 6 and seen[-6] is not None and all(x == now for x in seen[-6:])
-
-        wait_for(read_to_the_end, 300, "the catch-up to read to the end", interval=2, show=lambda: seen[-3:])
-        counts = nonzero(violations(port))
-        expired = {dict(labels)["reason"]: v for (metric, labels), v in scrape(port).items()
-                   if metric == "vigil_expired_unread_total" and v}
+        else:
+            watch = Background(path, "watch", "--until-caught-up", "--json", name=f"catch-up-{name}-1")
+        assert watch.proc.wait(420) == 0, watch.tail()
     finally:
-        assert watch.stop() == 0, watch.tail()
-    return counts, expired
+        if watch is not None:
+            watch.stop()
+    assert not any(held.glob("*.arrow"))  # everything applied by the end
+    found = watch.stdout_json()["checker"]
+    counts: dict = {}
+    for key, n in found["violations"].items():
+        inv, iso, _durability = key.split("/")
+        counts[(inv, iso)] = counts.get((inv, iso), 0) + n
+    return nonzero(counts), {k: v for k, v in found["expired_unread"].items() if v}
 
 
 def group_rebalances(port: int) -> float:

@@ -392,3 +392,15 @@ def test_with_a_short_horizon_the_hold_changes_no_verdict_whatever_the_clocks(se
         ck.settle()
     assert dict(held.counts) == dict(whole.counts)
     assert held.expired_by_reason == whole.expired_by_reason
+
+
+def test_a_held_file_gone_is_a_clear_error_never_rows_silently_lost(tmp_path):
+    import pytest
+
+    st = state_store.WatchState(SETTINGS)
+    out, still = st.ledger_hold.take(0, rows((0, 5), (0, 30)), newest_read_us=0, read_ends={}, drained=False)
+    held_ledger.write_held(tmp_path, 0, still)
+    state_store.save(tmp_path, st)
+    held_ledger.path_of(tmp_path, 0).unlink()
+    with pytest.raises(state_store.StateError, match="ledger rows held from batch 0 .* missing.*vigil state rebuild"):
+        state_store.load(tmp_path, SETTINGS)
