@@ -154,7 +154,7 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     # again; the other applies it whole as it comes (an unbounded lead: what the monitor did before
     # the hold). The hold changes no verdict on the canary's history, and expires no acknowledgement.
     # (The group canary's verdicts in a catch-up are not compared: measured, both catch-ups counted
-    # 18-22 group_skip the audit does not find, and once the whole ledger 19 where the hold counted 0 —
+    # 18-26 group_skip the audit does not find, and once the whole ledger 19 where the hold counted 0 —
     # a catch-up's group judgement is open work, recorded in the README.) Both read only the final logs, as the audit does, and count what it counts
     # but for a known gap: a reader that starts on a log that begins with what it never returns (a
     # wiped partition's new log may begin with a marker) counts a write acknowledged there expired
