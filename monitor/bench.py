@@ -307,12 +307,14 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
                                           available_now=True)
                 q.awaitTermination()
                 runtime.catch_up()  # the last batch applied (watch.overlap_check): counted in the time
+                runtime.release_held_ledger(at_end=True)  # (the last batch may look cut short)
                 secs = time.monotonic() - t
             ck = runtime.state.checker
             n = sum(ck.records_checked.values())
             result.figures["checker"] = {
                 **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 3),
                 "state_mb_peak": round(runtime.state_bytes_peak / 2**20, 3),  # the largest saved during the run
+                "ledger_held_peak": runtime.ledger_held_peak,  # ledger rows held beside the state, at most
                 "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
                 "reads_per_row": round(n / max(runtime.rows_in, 1), 1),  # what the executors' runs saved the driver
                 "batch_seconds": {k: round(v, 1) for k, v in sorted(runtime.batch_seconds.items())},

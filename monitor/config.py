@@ -337,6 +337,13 @@ class WatchConfig(_Model):
     trigger_ms: int = Field(500, ge=50, description="processing-time trigger interval of the query")
     max_offsets_per_trigger: int = Field(200000, ge=1, description="maxOffsetsPerTrigger of each source, "
                                          "so a catch-up batch stays short")
+    ledger_lead_s: float = Field(
+        30.0, ge=5, description="in a catch-up (a batch cut short by max_offsets_per_trigger), how far ahead of "
+        "the newest canary record read (by the writers' clocks) the ledger's entries are applied; the rest of what "
+        "Spark fetched of the ledger is held beside the state (<state>/ledger-held) and applied as the readers come "
+        "near — an acknowledgement at the latest before the first read at its offset, whatever the clocks say — so "
+        "the checker's state stays about as large as it is live. Larger holds less, smaller holds more in memory "
+        "(invariants/ledger_hold.py)")
     poll_timeout_ms: int = Field(30000, ge=1000, description="kafkaConsumer.pollTimeoutMs: how long a hung "
                                  "fetch blocks a batch before the query fails and is restarted")
     fetch_max_wait_ms: int = Field(50, ge=10, le=500, description="kafka.fetch.max.wait.ms of Spark's Kafka "

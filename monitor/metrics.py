@@ -127,6 +127,7 @@ class WatchSnapshot:
     led: dict = field(default_factory=dict)  # broker id -> partitions led
     stalls_open: dict = field(default_factory=dict)  # (Invariant, Isolation) -> open episodes
     state_bytes: int = 0
+    ledger_held: int = 0  # ledger rows held ahead of the canary readers (a catch-up)
     batch_seconds: dict = field(default_factory=dict)  # phase -> seconds (fetch, check, persist, refetch)
     trigger_seconds: dict = field(default_factory=dict)  # part of Spark's trigger (its durationMs keys) -> seconds
     triggers: int = 0  # triggers that reported progress
@@ -360,6 +361,9 @@ class WatchCollector:
             stalls.add_metric([inv.value, iso.value], n)
         yield stalls
         yield GaugeMetricFamily("vigil_state_bytes", "Size of the checker's durable state.", value=s.state_bytes)
+        yield GaugeMetricFamily("vigil_ledger_held_rows", "Ledger entries fetched far ahead of the canary readers in "
+                                "a catch-up, held beside the state until the readers come near (watch.ledger_lead_s); "
+                                "0 live.", value=s.ledger_held)
         failed = CounterMetricFamily("vigil_state_save_failures", "Saves of the checker state (or of the evidence "
                                      "with it) that failed since the monitor started, by errno (ENOSPC: the volume "
                                      "is full, EFBIG: a file-size limit): the batch is not exported and is applied "

@@ -26,6 +26,7 @@ class Status:
     records_checked: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)  # "invariant/isolation/durability" -> count (nonzero)
     state_bytes: int = 0
+    ledger_held_rows: int = 0  # ledger entries held ahead of the readers (a catch-up)
     state_save_failures: dict[str, int] = field(default_factory=dict)
     client_refusals: dict[str, int] = field(default_factory=dict)  # "client/kind" -> count
     certificate_expires_in_days: float | None = None
@@ -68,6 +69,8 @@ def summarize(address: str, ready: tuple[bool, str], samples: Samples, now: floa
             st.violations[f"{lab['invariant']}/{lab['isolation']}/{lab['durability']}"] = int(value)
         elif name == "vigil_state_bytes":
             st.state_bytes = int(value)
+        elif name == "vigil_ledger_held_rows":
+            st.ledger_held_rows = int(value)
         elif name == "vigil_state_save_failures_total" and value:
             st.state_save_failures[lab["reason"]] = int(value)
         elif name == "vigil_client_errors_total" and value and lab.get("kind") in ("authentication", "authorization",
@@ -93,7 +96,9 @@ def lines(st: Status) -> list[str]:
     age = "no batch yet" if st.last_batch_age_s is None else f"last batch {st.last_batch_age_s:.0f} s ago"
     checked = ", ".join(f"{iso} {n:,}" for iso, n in sorted(st.records_checked.items())) or "none"
     out.append(f"checking: {age}, {st.batches} batches, {st.query_restarts} query restart(s); records checked: "
-               f"{checked}; state {st.state_bytes / 2**20:.2f} MiB")
+               f"{checked}; state {st.state_bytes / 2**20:.2f} MiB"
+               + (f"; catching up: {st.ledger_held_rows:,} ledger entries held ahead of the readers"
+                  if st.ledger_held_rows else ""))
     out.append("violations: " + (", ".join(f"{k} {n}" for k, n in sorted(st.violations.items())) or "none"))
     if st.ledger_reachable is False or st.ledger_waits_s:
         waiting = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(st.ledger_waits_s.items())) or "none"

@@ -79,7 +79,8 @@ def bench(
     if "checker" in result:
         f = result["checker"]
         console.print(f"checker state  {f['state_mb']} MB at the end, {f['state_mb_peak']} MB at most "
-                      f"({f['batches']} batches)")
+                      f"({f['batches']} batches); ledger rows held ahead of the readers: "
+                      f"{f.get('ledger_held_peak', 0):,} at most")
     for key in ("ratio_checker_to_spark", "ratio_fetch_to_spark", "ratio_checker_to_bare"):
         if key in result:
             console.print(f"{key}: {result[key]}")

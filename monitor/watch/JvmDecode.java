@@ -82,6 +82,7 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
     private final ArrayDeque<Row> ready = new ArrayDeque<>();
     private final TreeMap<Long, Integer> latency = new TreeMap<>();
     private Rec start, prev;
+    private Long newest;  // the run's newest record timestamp (null: none of its records has one)
     private int count, step;
     private boolean prevBase;  // whether prev continued the record before it (before the step rule; false
                                // for a partition's first two rows, as the step rule wants)
@@ -131,11 +132,15 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
           step = r.txnIndex - start.txnIndex;
         }
         count++;
+        if (r.tsUs != null && (newest == null || r.tsUs > newest)) {
+          newest = r.tsUs;
+        }
       } else {
         if (start != null) {
-          ready.add(runRow(start, count, step));
+          ready.add(runRow(start, count, step, newest));
         }
         start = r;
+        newest = r.tsUs;
         count = 1;
         step = 0;
       }
@@ -150,7 +155,7 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
 
     private void finish() {
       if (start != null) {
-        ready.add(runRow(start, count, step));
+        ready.add(runRow(start, count, step, newest));
       }
       for (Map.Entry<Long, Integer> e : latency.entrySet()) {
         long key = e.getKey();
@@ -174,8 +179,9 @@ public final class JvmDecode implements MapPartitionsFunction<Row, Row> {
     return lo;
   }
 
-  private Row runRow(Rec s, int count, int step) {
-    return RowFactory.create(s.src, topics[s.src], s.partition, s.offset, s.tsUs, s.kept, s.kind, s.writerId,
+  /** A run's row: its first record's fields, its newest record's timestamp (the ledger hold's). */
+  private Row runRow(Rec s, int count, int step, Long newestTsUs) {
+    return RowFactory.create(s.src, topics[s.src], s.partition, s.offset, newestTsUs, s.kept, s.kind, s.writerId,
                              s.incarnation, s.seq, s.produceTsUs, s.txnId, s.flags, s.txnSize, s.txnIndex, s.digest,
                              s.length, count, step);
   }

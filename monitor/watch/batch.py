@@ -48,25 +48,18 @@ class BatchStats:
 
 def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str | None],
                 now: float | None = None, eos: EosInput | None = None,
-                group_reader_at: dict[int, int] | None = None) -> tuple[list[Violation], BatchStats]:
+                group_reader_at: dict[int, int] | None = None,
+                ledger: list[tuple[int, bytes | None]] | None = None) -> tuple[list[Violation], BatchStats]:
     """Feed one micro-batch to the checker: ledger first, then each reader's partitions, then
     the EOS pipeline's output and what the watch knows of the pipeline (``eos``), then the group
     canary's observations with where the read_committed reader of the canary stands
-    (``group_reader_at``, None: no group watched)."""
+    (``group_reader_at``, None: no group watched). ``ledger``: the ledger rows to apply, (append
+    time µs, value) in order, where the ledger hold chose them (:mod:`monitor.watch.ledger_hold`);
+    None: the batch's own."""
     now = time.time() if now is None else now
     stats = BatchStats()
     checker.begin_batch()
-    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
-    if ledger.num_rows:
-        ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
-        stamps = ledger.column("ts_us").to_pylist() if "ts_us" in ledger.column_names else [0] * ledger.num_rows
-        entries = []
-        for value, ts in zip(ledger.column("value").to_pylist(), stamps):
-            try:
-                entries.append(decode(value, append_ts_us=ts or 0))
-            except LedgerFormatError:
-                stats.malformed["ledger"] += 1
-        checker.apply_ledger(entries)
+    apply_ledger_rows(checker, [(ts, v) for _p, ts, v in ledger_of(table)] if ledger is None else ledger, stats)
     for s, iso in ISOLATION_OF.items():
         part = table.filter(pc.equal(table.column("src"), s))
         if not part.num_rows:
@@ -77,6 +70,30 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
     if group_reader_at is not None:
         _apply_group(checker, table, group_reader_at, stats)
     return checker.settle(), stats
+
+
+def ledger_of(table: pa.Table) -> list[tuple[int, int, bytes | None]]:
+    """The batch's ledger rows, (partition, append time µs, value), in offset order per partition."""
+    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
+    if not ledger.num_rows:
+        return []
+    ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    stamps = ledger.column("ts_us").to_pylist() if "ts_us" in ledger.column_names else [0] * ledger.num_rows
+    return [(p, ts or 0, v) for p, ts, v in zip(ledger.column("partition").to_pylist(), stamps,
+                                                 ledger.column("value").to_pylist())]
+
+
+def apply_ledger_rows(checker: Checker, rows: list[tuple[int, bytes | None]], stats: BatchStats) -> None:
+    """Ledger rows decoded and applied in order; a value that is not an entry is counted."""
+    if not rows:
+        return
+    entries = []
+    for ts, value in rows:
+        try:
+            entries.append(decode(value, append_ts_us=ts or 0))
+        except LedgerFormatError:
+            stats.malformed["ledger"] += 1
+    checker.apply_ledger(entries)
 
 
 @dataclass

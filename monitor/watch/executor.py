@@ -7,8 +7,8 @@ time, in offset order, with no shuffle. Only a few rows per producer batch leave
 - a **run** row for every stretch of canary records of one writer incarnation at consecutive
   offsets with consecutive seqs, outside transactions or of one transaction (same intended-abort
   flag and header size, indexes ``txn_step`` apart): its first offset, ``count``, and the first
-  record's decoded header (:class:`invariants.model.ReadRun` on the driver); a canary record
-  alone is a run of one;
+  record's decoded header (:class:`invariants.model.ReadRun` on the driver), and the newest
+  timestamp of its records (``ts_us``); a canary record alone is a run of one;
 - a row per record that is not a well-formed canary one: its kind (``foreign`` without the
   magic bytes, ``malformed`` with them) and its identity, the CRC-32 and length of the whole value
   (:func:`invariants.model.foreign_ident`);
@@ -119,12 +119,24 @@ def decode_batch(batch: pa.RecordBatch, now_us: int | None = None, topics: dict[
     run_topics = topic.take(starts) if topic is not None else pa.array(
         [topics[s] for s in src[starts].tolist()], pa.string())  # (a src not in topics: KeyError)
     arrays = [pa.array(src[starts], pa.int8()), run_topics, pa.array(partition[starts], pa.int32()),
-              pa.array(offset[starts], pa.int64()), ts.take(starts).cast(pa.int64()), kept]
+              pa.array(offset[starts], pa.int64()), _newest(ts, starts), kept]
     arrays += [pa.array(cols[name][starts], typ) for name, typ, _ in DECODED_FIELDS[6:-2]]
     arrays += [pa.array(counts, pa.int32()), pa.array(steps, pa.int32())]
     rows = pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
     latency = _latency_rows(src[canary], now_us - unsigned(cols["produce_ts_us"])[canary].astype(np.int64), now_us)
     return rows if latency is None else pa.concat_batches([rows, latency])
+
+
+def _newest(ts: pa.Array, starts: np.ndarray) -> pa.Array:
+    """Each run's newest record timestamp, null where none of its records has one (the ledger hold
+    compares the readers' progress with it: a run's first record's would understate it by the run's
+    span)."""
+    if not len(starts):
+        return pa.array([], pa.int64())
+    low = np.iinfo(np.int64).min
+    values = ts.cast(pa.int64()).fill_null(low).to_numpy(zero_copy_only=False)
+    newest = np.maximum.reduceat(values, starts)
+    return pa.array(newest, pa.int64(), mask=newest == low)
 
 
 def latency_bin(age_us: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from invariants.errors import VigilError
 from invariants.model import Settings, Violation
 from monitor.config import Config
 from monitor.watch import state as state_store
+from monitor.watch import ledger_hold as held_ledger
 from monitor.watch import write_ahead
 
 # judged by the prober between batches (counted in the state's liveness counts), not by the checker
@@ -159,7 +160,7 @@ def _rebuild(cfg: Config, evidence: Evidence, source: str, say: Callable[[str], 
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now))
     moved = []
     for path in (directory / state_store.STATE_FILE, directory / state_store.LEGACY_STATE_FILE,
-                 cfg.spark_checkpoint_dir(), write_ahead.directory_of(directory)):
+                 cfg.spark_checkpoint_dir(), write_ahead.directory_of(directory), held_ledger.directory_of(directory)):
         if path.exists():
             aside = path.with_name(f"{path.name}.replaced-{stamp}")
             path.rename(aside)

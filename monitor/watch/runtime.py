@@ -29,7 +29,8 @@ from monitor.tls_expiry import CertificateExpiryCollector, CertificateWatch
 from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch import write_ahead
-from monitor.watch.batch import EosInput, apply_batch
+from monitor.watch import ledger_hold as held_ledger
+from monitor.watch.batch import BatchStats, EosInput, apply_batch, apply_ledger_rows
 from monitor.watch.eos_feed import EosFeed
 from monitor.watch.offset_log import batch_ends, drop_unrunnable_batch
 from monitor.watch.executor import decode_table
@@ -81,6 +82,8 @@ class WatchRuntime:
         state_path = self.dir / state_store.STATE_FILE
         self.state_bytes = state_path.stat().st_size if state_path.exists() else 0
         self.state_bytes_peak = self.state_bytes  # the largest state saved since start (the bench reports it)
+        self.ledger_held_peak = self.state.ledger_hold.held()  # the most ledger rows held since start (the bench)
+        self._release_wanted = False  # a trigger read everything there was: release what is held
         self.batch_seconds: Counter[str] = Counter()  # phase of a micro-batch -> seconds since start
         self.rows_in = 0  # rows the micro-batches brought to the driver (runs, single records, latency rows...)
         self.trigger_seconds: Counter[str] = Counter()  # part of Spark's triggers -> seconds since start
@@ -116,6 +119,7 @@ class WatchRuntime:
         # the group canary the checker judges (groups.enabled): the one reading the canary topic
         state.checker.group_source = self.cfg.canary.name if self.cfg.groups.enabled else ""
         state.checker.groups.stall_ms = self.cfg.groups.stall_ms
+        state.ledger_hold.lead_us = int(self.cfg.watch.ledger_lead_s * 1e6)
         return state
 
     def _revert(self) -> None:
@@ -265,8 +269,9 @@ class WatchRuntime:
             applying = time.monotonic()
             try:
                 self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
+                ledger = self._ledger_due(batch_id, table)
                 violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=batch.eos,
-                                                group_reader_at=batch.group_reader_at)
+                                                group_reader_at=batch.group_reader_at, ledger=ledger)
                 checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)
@@ -297,6 +302,49 @@ class WatchRuntime:
                 if self._frontiers.get(key) != frontier:
                     self._frontiers[key] = frontier
                     self.last_progress[key] = now
+            self.published = self._snapshot()
+        self.wake_refetches()
+
+    def _ledger_due(self, batch_id: int, table: Any) -> list[tuple[int, bytes | None]]:
+        """The ledger rows to apply before this batch's reads (:mod:`invariants.ledger_hold`); those
+        it leaves held are written beside the state first."""
+        released, still = self.state.ledger_hold.take(
+            batch_id, held_ledger.ledger_rows(table), held_ledger.newest_read_us(table), held_ledger.read_ends(table),
+            drained=not held_ledger.cut_short(table, self.cfg.watch.max_offsets_per_trigger))
+        try:
+            held_ledger.write_held(self.dir, batch_id, still)
+        except OSError as exc:
+            raise state_store.StateSaveError(held_ledger.path_of(self.dir, batch_id), exc) from None
+        self.ledger_held_peak = max(self.ledger_held_peak, self.state.ledger_hold.held())
+        return released
+
+    def release_held_ledger(self, at_end: bool = False) -> None:
+        """Between batches: what is held is applied once Spark said a trigger read everything there
+        was (the last batch of a catch-up may not look like it) and that batch is applied; ``at_end``:
+        now (the query read everything: ``availableNow``, or a wait for the catch-up's end)."""
+        with self.lock:
+            hold = self.state.ledger_hold
+            if not hold.held():
+                self._release_wanted = False  # (a later catch-up holds again)
+                return
+            if not (at_end or self._release_wanted) or self.applying():
+                return
+            self._release_wanted = False
+            stats = BatchStats()
+            ck = self.state.checker
+            try:
+                ck.begin_batch()
+                apply_ledger_rows(ck, hold.release_all(self.state.batch_id), stats)
+                violations = ck.settle()
+                self.state.malformed.update(stats.malformed)
+                self._persist(self.state.batch_id, violations)
+            except state_store.StateSaveError as exc:
+                self._revert()  # released again at the next round
+                self._save_failed(exc)
+                return
+            except Exception:
+                self._revert()
+                raise
             self.published = self._snapshot()
         self.wake_refetches()
 
@@ -375,6 +423,7 @@ class WatchRuntime:
         """A batch or a prober round may have left ranges to read again: read them now (in the
         re-fetch thread once it runs, else here)."""
         if self._refetch_thread is None:
+            self.release_held_ledger()
             self.service_refetches()
         else:
             self._refetch_wake.set()
@@ -385,6 +434,7 @@ class WatchRuntime:
             self._refetch_wake.clear()
             if not self.stop.is_set():
                 self.retry_written_ahead()
+                self.release_held_ledger()
                 self.service_refetches()
 
     def service_refetches(self) -> None:
@@ -476,6 +526,7 @@ class WatchRuntime:
     def _save(self) -> None:
         self.state_bytes = state_store.save(self.dir, self.state)
         self.state_bytes_peak = max(self.state_bytes_peak, self.state_bytes)
+        held_ledger.prune(self.dir, self.state.ledger_hold, self.state.batch_id)
         self.unsaved_liveness.clear()
         self.unsaved_restarts = 0
         self.unsaved_rewinds.clear()
@@ -592,6 +643,7 @@ class WatchRuntime:
         while time.monotonic() < deadline and not self.stop.is_set():
             if self.caught_up_at > begin and not self.applying():
                 caught_up = time.monotonic() if caught_up is None else caught_up
+                self.release_held_ledger(at_end=True)  # (the last batch may not look like it)
                 with self.lock:
                     wanted = self.state.checker.refetch_wanted()
                 if not wanted:
@@ -615,3 +667,6 @@ class WatchRuntime:
         self.query_runs.set()
         if caught_up_trigger_start is not None:
             self.caught_up_at = max(self.caught_up_at, caught_up_trigger_start)
+            if self.state.ledger_hold.held():
+                self._release_wanted = True
+                self.wake_refetches()

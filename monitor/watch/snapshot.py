@@ -39,6 +39,7 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         e2e_counts={k: v.tolist() for k, v in st.e2e_counts.items()}, e2e_sum=dict(st.e2e_sum),
         lag=lag, last_progress=progress, last_batch=last_batch, up=int(up),
         restarts=st.restarts, led=led, stalls_open=dict(view.open_stalls), state_bytes=state_bytes,
+        ledger_held=st.ledger_hold.held(),
         batch_seconds=dict(batch_seconds or {}), trigger_seconds=dict(trigger_seconds or {}), triggers=triggers,
         batches=st.batches, lost_by_writer=dict(ck.sink.lost_by_writer),
         rewrites={p: ck.offsets.rewrites.get((view.topic_id, p), 0) for p in range(view.partitions)},

@@ -28,21 +28,27 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from invariants.catalog import Invariant, Isolation
 from invariants.checker import Checker
 from invariants.errors import VigilError
+from invariants.ledger_hold import LedgerHold
 from invariants.model import Settings
 from monitor.durable import replace_durably
 from monitor.metrics import E2E_BUCKETS, E2E_BUCKETS_BEFORE, rebucket
+from monitor.watch import ledger_hold as held_ledger
 
 STATE_FILE = "vigil-state.json"
 LEGACY_STATE_FILE = "vigil-state.pkl"  # version 1
 STATE_FORMAT = "vigil-watch-state"
 # 4: the latency histogram's bounds saved with it (finer buckets); 3 is read and carried over.
 # 5: a transaction's header indexes saved as runs (a version 4 reader would find none); 3 and 4 are read
-STATE_VERSION = 5
-READS_VERSIONS = (3, 4, STATE_VERSION)
+# 6: ledger rows held beside the state (<state>/ledger-held, monitor/watch/ledger_hold.py), which a version
+#    5 reader would never apply; saved as 5 while nothing is held (the hold's threshold then only a hint)
+STATE_VERSION = 6
+HOLDLESS_VERSION = 5
+READS_VERSIONS = (3, 4, HOLDLESS_VERSION, STATE_VERSION)
 # the recovery command, named by every error about a damaged state
 REBUILD_HINT = ("rebuild it with `vigil state rebuild` (its counts come back from the evidence, the rest from "
                 "reading the retained logs again; see docs/runbooks.md#a-damaged-checker-state)")
@@ -65,10 +71,13 @@ class WatchState:
     last_batch_at: float = 0.0  # wall clock of the last applied batch (freshness survives restarts)
     open_episodes: dict[str, Any] = field(default_factory=dict)  # liveness episodes counted and still open
     refetches: int = 0
+    ledger_hold: LedgerHold = None  # type: ignore[assignment]  # ledger rows fetched ahead, held
 
     def __post_init__(self) -> None:
         if self.checker is None:
             self.checker = Checker(self.settings, self.watched or None)
+        if self.ledger_hold is None:
+            self.ledger_hold = LedgerHold(0, released_through=self.batch_id)
 
     def add_e2e(self, iso: Isolation, counts: np.ndarray, total: float) -> None:
         prev = self.e2e_counts.get(iso)
@@ -77,7 +86,8 @@ class WatchState:
 
     def to_doc(self) -> dict[str, Any]:
         return {
-            "format": STATE_FORMAT, "version": STATE_VERSION, "batch_id": self.batch_id,
+            "format": STATE_FORMAT, "version": STATE_VERSION if self.ledger_hold.held() else HOLDLESS_VERSION,
+            "batch_id": self.batch_id,
             "checker": self.checker.to_doc(),
             "liveness": [[inv.value, iso.value, n] for (inv, iso), n in self.liveness.items()],
             "malformed": dict(self.malformed),
@@ -88,6 +98,7 @@ class WatchState:
             "incidents": [[key, ident, seen] for key, (ident, seen) in self.incidents.items()],
             "restarts": self.restarts, "batches": self.batches, "last_batch_at": self.last_batch_at,
             "open_episodes": self.open_episodes, "refetches": self.refetches,
+            "ledger_hold": self.ledger_hold.to_doc(),
         }
 
     @classmethod
@@ -133,8 +144,10 @@ def load(directory: Path, settings: Settings, watched: tuple[str, ...] = ()) -> 
         raise StateError(f"{path}: checker state version {doc.get('version')!r} cannot be read by this version "
                          f"(state version {STATE_VERSION}); move {directory} away to start a new history")
     try:
-        return WatchState.from_doc(doc, settings, watched)
-    except (KeyError, TypeError, ValueError) as exc:
+        st = WatchState.from_doc(doc, settings, watched)
+        st.ledger_hold = held_ledger.load(directory, doc.get("ledger_hold"), st.batch_id)
+        return st
+    except (KeyError, TypeError, ValueError, OSError, pa.ArrowException) as exc:
         raise StateError(f"{path}: damaged checker state ({type(exc).__name__}: {exc}); {REBUILD_HINT}") from None
 
 

@@ -160,6 +160,7 @@ def test_every_kind_of_row_is_there(spark):
     assert got == python_rows(pa.Table.from_pylist(rows, schema=INPUT))
     kinds = [(r["kind"], r["count"], r["txn_step"]) for r in got]
     assert kinds[:2] == [(ex.KIND_CANARY, 4, 0), (ex.KIND_CANARY, 3, 2)]
+    assert [r["ts_us"] for r in got[:2]] == [3, 6]  # a run's newest record's timestamp (the ledger hold's)
     assert [k for k, _, _ in kinds[2:6]] == [ex.KIND_FOREIGN, ex.KIND_MALFORMED, ex.KIND_FOREIGN, ex.KIND_FOREIGN]
     assert got[6]["kind"] == ex.KIND_LEDGER and got[6]["value"] == b"ledger-entry" and got[6]["topic"] == "canary-ledger"
     assert got[2]["digest"] == zlib.crc32(b"junk") and got[2]["length"] == 4

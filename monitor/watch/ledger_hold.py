@@ -1,0 +1,187 @@
+"""The ledger hold's adapter (:mod:`invariants.ledger_hold` has the rule and why): which ledger rows
+a micro-batch brings, how near the canary readers are, whether the batch was cut short by
+``maxOffsetsPerTrigger``, and the rows held, on disk.
+
+**On disk.** The rows a batch leaves held are written to ``<state>/ledger-held/<batch id>.arrow``
+(Arrow IPC: partition, append time, value) before the state of that batch is saved; the state saves
+the threshold, the last batch that released everything and where each ledger partition's held rows
+begin (batch, row). Loading the state rebuilds the hold from the files of the batches after that
+one, up to the state's batch, so a restart (or a batch dropped half-applied) holds exactly what the
+saved state held; a file of a batch above the saved one is
+from a batch not saved and is ignored (written again when it is applied again). A file is deleted
+once a saved state released all its rows. Spark does not fetch held rows again: its checkpoint has
+moved past them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from invariants.ledger_hold import Held, LedgerHold
+from monitor.durable import replace_durably
+from invariants.ledger_format import LedgerFormatError, Outcomes, WriteOutcome, decode
+from monitor.watch.batch import ledger_of
+from monitor.watch.executor import KIND_CANARY, KIND_LATENCY
+
+Item = tuple[int, "bytes | None"]  # a ledger row held: (append time µs, value)
+
+HELD_DIR = "ledger-held"
+CANARY_SOURCES = (0, 1)  # the canary's read_committed and read_uncommitted sources
+HELD_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64()), ("value", pa.binary())])
+
+
+def ledger_rows(table: pa.Table) -> list[tuple[int, int | None, tuple[tuple[int, int], ...], Item]]:
+    """The batch's ledger rows as the hold admits them, in offset order per partition."""
+    return [admitted(p, ts, v) for p, ts, v in ledger_of(table)]
+
+
+def admitted(partition: int, append_ts_us: int, value: bytes | None
+             ) -> tuple[int, int | None, tuple[tuple[int, int], ...], Item]:
+    """A ledger row as the hold sees it: its partition, its writer's clock (None: not an entry), the
+    lowest canary offset it acknowledges per canary partition, and the row ((append time, value))."""
+    try:
+        entry = decode(value, append_ts_us=append_ts_us)
+    except LedgerFormatError:
+        return partition, None, (), (append_ts_us, value)
+    acked: dict[int, int] = {}
+    if isinstance(entry.body, Outcomes):
+        for run in entry.body.runs:
+            if run.outcome is WriteOutcome.ACKED and run.first_offset >= 0:
+                acked[run.partition] = min(run.first_offset, acked.get(run.partition, run.first_offset))
+    return partition, entry.ts_us, tuple(sorted(acked.items())), (append_ts_us, value)
+
+
+def _read(table: pa.Table) -> pa.Table:
+    """The canary readers' rows (runs and single records; not the latency rows)."""
+    src = table.column("src")
+    rows = table.filter(pc.or_(pc.equal(src, CANARY_SOURCES[0]), pc.equal(src, CANARY_SOURCES[1])))
+    if "kind" in rows.column_names:
+        rows = rows.filter(pc.not_equal(rows.column("kind"), KIND_LATENCY))
+    return rows
+
+
+def _last_offsets(rows: pa.Table) -> pa.Array:
+    if "count" not in rows.column_names:
+        return rows.column("offset")
+    return pc.subtract(pc.add(rows.column("offset"), pc.cast(rows.column("count"), pa.int64())), 1)
+
+
+def newest_read_us(table: pa.Table) -> int | None:
+    """The newest timestamp of a canary record this batch read, by either reader (a run row carries
+    its newest record's: :func:`monitor.watch.executor.decode_batch`); None: none read. Only
+    well-formed canary records count (a foreign record may carry any time), and no time at or
+    below 0 (none known)."""
+    rows = _read(table)
+    if "kind" in rows.column_names:
+        rows = rows.filter(pc.equal(rows.column("kind"), KIND_CANARY))
+    if not rows.num_rows or "ts_us" not in rows.column_names:
+        return None
+    newest = pc.max(rows.column("ts_us")).as_py()
+    return None if newest is None or newest <= 0 else int(newest)
+
+
+def read_ends(table: pa.Table) -> dict[int, int]:
+    """The highest offset this batch read per canary partition, by either reader."""
+    rows = _read(table)
+    if not rows.num_rows:
+        return {}
+    grouped = pa.table({"partition": rows.column("partition"), "last": _last_offsets(rows)}).group_by(
+        "partition").aggregate([("last", "max")])
+    return dict(zip(grouped.column("partition").to_pylist(), grouped.column("last_max").to_pylist()))
+
+
+def cut_short(table: pa.Table, max_offsets_per_trigger: int) -> bool:
+    """Whether ``maxOffsetsPerTrigger`` cut this batch short: a canary reader's offsets, from the
+    first it read to the last, per partition, add up to nine tenths of it or more (the limit counts
+    offsets; the ranges Spark planned can begin or end with a transaction marker no record is read
+    at). A batch taken as cut short that was not (the last of a catch-up) leaves its rows to the
+    next batch, or to Spark's word that the query read everything there was
+    (:meth:`monitor.watch.runtime.WatchRuntime.release_held_ledger`); one taken as not cut short
+    releases early, which is safe."""
+    rows = _read(table)
+    if not rows.num_rows:
+        return False
+    spans = pa.table({"src": rows.column("src"), "partition": rows.column("partition"),
+                      "first": rows.column("offset"), "last": _last_offsets(rows)}).group_by(
+        ["src", "partition"]).aggregate([("first", "min"), ("last", "max")])
+    per_source: dict[int, int] = {}
+    for src, first, last in zip(spans.column("src").to_pylist(), spans.column("first_min").to_pylist(),
+                                spans.column("last_max").to_pylist()):
+        per_source[src] = per_source.get(src, 0) + last - first + 1
+    return max(per_source.values()) * 10 >= max_offsets_per_trigger * 9
+
+
+def directory_of(directory: Path) -> Path:
+    return directory / HELD_DIR
+
+
+def path_of(directory: Path, batch_id: int) -> Path:
+    return directory_of(directory) / f"{batch_id:012d}.arrow"
+
+
+def write_held(directory: Path, batch_id: int, still: list[Held]) -> None:
+    """The rows batch ``batch_id`` left held, durably, before its state is saved (none: any file of
+    an earlier attempt at this batch removed)."""
+    path = path_of(directory, batch_id)
+    if not still:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"partition": pa.array([h.key for h in still], pa.int32()),
+                      "ts_us": pa.array([h.item[0] for h in still], pa.int64()),
+                      "value": pa.array([h.item[1] for h in still], pa.binary())}, schema=HELD_SCHEMA)
+
+    def write(f: Any) -> None:
+        with pa.ipc.new_file(f, HELD_SCHEMA) as w:
+            w.write_table(table)
+
+    replace_durably(path, write)
+
+
+def _held_files(directory: Path) -> list[tuple[int, Path]]:
+    folder = directory_of(directory)
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in folder.glob("*.arrow"):
+        try:
+            out.append((int(p.stem), p))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def load(directory: Path, doc: dict[str, Any] | None, batch_id: int, lead_us: int = 0) -> LedgerHold:
+    """The hold the state saved at ``batch_id`` held (``doc``: its saved threshold, last full release
+    and heads; None: a state saved before the hold, which held nothing)."""
+    if not doc:
+        return LedgerHold(lead_us, released_through=batch_id)
+    files = []
+    for b, path in _held_files(directory):
+        if doc["released_through"] < b <= batch_id:
+            with pa.memory_map(str(path)) as source:
+                t = pa.ipc.open_file(source).read_all()
+            files.append((b, [admitted(p, ts, v) for p, ts, v in zip(
+                t.column("partition").to_pylist(), t.column("ts_us").to_pylist(), t.column("value").to_pylist())]))
+    rows_in = dict((b, len(rows)) for b, rows in files)
+    for key, b, index in doc.get("heads", []):  # Spark's checkpoint is past these rows: never silently lost
+        if rows_in.get(b, 0) <= index:
+            raise ValueError(f"ledger rows held from batch {b} (partition {key}) are missing: "
+                             f"{path_of(directory, b)} is gone or short")
+    return LedgerHold.rebuild(lead_us, doc, files)
+
+
+def prune(directory: Path, hold: LedgerHold, saved_batch_id: int) -> None:
+    """After a save: the files whose rows that state released entirely, and any of a batch above
+    it (an attempt not saved), removed."""
+    oldest = hold.oldest_batch()
+    for b, path in _held_files(directory):
+        if b > saved_batch_id or b <= hold.released_through or (oldest is None or b < oldest):
+            try:
+                path.unlink()
+            except OSError:
+                pass  # left to the next save
