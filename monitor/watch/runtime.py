@@ -459,8 +459,14 @@ class WatchRuntime:
                     continue  # the name points at another topic now: that ID cannot be read again
                 if name and not self.stop.is_set():
                     try:
-                        results.append((w, self.refetcher.read_both(name, w.partition, w.lo, w.hi)))
+                        got = self.refetcher.read_both(name, w.partition, w.lo, w.hi)
                         self._refetch_failed.pop((w.topic_id, w.partition), None)
+                        # read by name: if the topic was deleted (and created again) while it was read,
+                        # what was read may be another topic's, at the same offsets: dropped. A name
+                        # that still points at the ID after the read read nothing else (an ID is never
+                        # reused), so this look-up is not cached.
+                        if self.topics.fresh_id(name, max_age_s=0.0) == w.topic_id:
+                            results.append((w, got))
                     except Exception as exc:  # noqa: BLE001 - this partition's leader away: it stays
                         # wanted, and the other partitions' re-reads go on without it
                         self._refetch_failed[(w.topic_id, w.partition)] = time.monotonic() + REFETCH_RETRY_S

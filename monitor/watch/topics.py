@@ -40,12 +40,13 @@ class TopicDirectory:
         self._fresh: dict[str, tuple[float, str | None]] = {}
         self._lock = threading.Lock()  # the batch and the re-fetch thread both ask: one client, one lookup
 
-    def fresh_id(self, name: str) -> str | None:
-        """The ID ``name`` has now (None: missing, or nobody answered). Thread-safe: a caller
-        that waited for another's lookup gets its answer from the cache."""
+    def fresh_id(self, name: str, max_age_s: float = FRESH_FOR_S) -> str | None:
+        """The ID ``name`` has now (None: missing, or nobody answered), looked up at most
+        ``max_age_s`` ago. Thread-safe: a caller that waited for another's lookup gets its answer
+        from the cache."""
         with self._lock:
             at, tid = self._fresh.get(name, (0.0, None))
-            if time.monotonic() - at < FRESH_FOR_S:
+            if time.monotonic() - at < max_age_s:
                 return tid
             if self._admin is None:
                 self._admin = clients.admin(self.cfg)
