@@ -24,6 +24,9 @@ def bench(
                               "and (c), so neither pays alone for the JVM's class loading and JIT."),
     standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
                                    "workers (1 core each) started for the bench; 0 = watch.spark_master."),
+    keep_cluster: bool = typer.Option(False, "--keep-cluster", help="Leave the local cluster running when the "
+                                      "bench started it (it is stopped by default; its pre-filled topics stay "
+                                      "on disk either way and are reused by the next run)."),
 ) -> None:
     """Measure catch-up throughput: bare consumer vs Spark no-op vs the full checker.
 
@@ -36,9 +39,8 @@ def bench(
     The topic is `vigil-bench-<records>-paced` (replication factor 1, its own ledger), filled once
     on the configured cluster or the local one (started if needed) by three idempotent writers and
     a transactional one side by side, as fast as they go. Machines are noisy: compare the ratios of
-    one run, and repeat for medians.
+    one run, and repeat for medians. A local cluster the bench started is stopped at the end.
     """
-    from monitor.bench import run_bench
     from monitor.config import own_application_canaries
     from monitor.cluster.access import up_for
 
@@ -52,8 +54,32 @@ def bench(
         "groups": cfg.groups.model_copy(update=names["groups"]),
         "eos": cfg.eos.model_copy(update=names["eos"]),
     })
+    started = cfg.embedded and not _local_cluster_running(cfg)  # (a cluster partly up is left as it was found)
     if cfg.embedded:
         up_for(cfg, progress)
+    try:
+        _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm, standalone)
+    finally:
+        if started and not keep_cluster:
+            from monitor.cluster.local_cluster import LocalCluster
+
+            progress("stopping the local cluster the bench started (--keep-cluster leaves it running)")
+            LocalCluster(cfg.cluster, progress).down()
+
+
+def _local_cluster_running(cfg) -> bool:
+    """Whether any node of the config's local cluster runs now (or is paused)."""
+    from monitor.cluster.local_cluster import LocalCluster
+
+    try:
+        return any(n.state != "stopped" for n in LocalCluster(cfg.cluster).status().nodes)
+    except Exception:  # noqa: BLE001 - never started here: no layout yet
+        return False
+
+
+def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm, standalone) -> None:
+    from monitor.bench import run_bench
+
     which = tuple((only or "bare,spark,checker").split(",")) + (("live",) if live else ())
     unknown = set(which) - {"bare", "spark", "checker", "live"}
     if unknown:
