@@ -53,6 +53,7 @@ order and their timestamps, and can be rebuilt from what it held at each batch
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -73,6 +74,49 @@ class Held:
     acked: tuple[tuple[int, int], ...]
     item: Any
     index: int = -1
+    n: int = -1  # its place in its partition's queue since the hold was made (the due index's)
+
+
+@dataclass
+class _DueIndex:
+    """One ledger partition's held rows by when they fall due: min-heaps of (writer's clock, n) and,
+    per canary partition, of (lowest acknowledged offset, n). The threshold and the offsets read
+    only grow, so a row once due stays due: each is popped once, and the highest ``n`` popped is
+    the last row due (``last``). Rows released meanwhile leave stale entries, dropped as they
+    surface or when the heaps are rebuilt from the queue."""
+
+    by_ts: list = field(default_factory=list)
+    by_offset: dict[int, list] = field(default_factory=dict)
+    last: int = -1
+    pushed: int = 0  # entries pushed since the index was made
+    live: int = 0  # entries of rows still held
+
+    def add(self, h: Held) -> None:
+        if h.ts_us is None:
+            self.last = max(self.last, h.n)
+            return
+        heapq.heappush(self.by_ts, (h.ts_us, h.n))
+        for p, off in h.acked:
+            heapq.heappush(self.by_offset.setdefault(p, []), (off, h.n))
+        self.pushed += 1 + len(h.acked)
+        self.live += 1 + len(h.acked)
+
+    def released(self, h: Held) -> None:
+        if h.ts_us is not None:
+            self.live -= 1 + len(h.acked)
+
+    def stale(self) -> bool:
+        """Mostly entries of rows released (then made again from the queue)."""
+        return self.pushed > 2 * self.live + 1024
+
+    def due_through(self, threshold_us: int, read_high: Mapping[int, int]) -> int:
+        while self.by_ts and self.by_ts[0][0] <= threshold_us:
+            self.last = max(self.last, heapq.heappop(self.by_ts)[1])
+        for p, heap in self.by_offset.items():
+            high = read_high.get(p, -1)
+            while heap and heap[0][0] <= high:
+                self.last = max(self.last, heapq.heappop(heap)[1])
+        return self.last
 
 
 @dataclass
@@ -82,6 +126,14 @@ class LedgerHold:
     released_through: int = -1  # every row of this batch and the ones before it was released
     queues: dict[int, deque] = field(default_factory=dict)  # ledger partition -> rows held, in order
     read_high: dict[int, int] = field(default_factory=dict)  # canary partition -> the highest offset read so far
+    _index: dict[int, _DueIndex] = field(default_factory=dict, repr=False)  # ledger partition -> its rows by due
+    _next: dict[int, int] = field(default_factory=dict, repr=False)  # ledger partition -> the next row's n
+
+    def _admit(self, h: Held) -> None:
+        h.n = self._next.get(h.key, 0)
+        self._next[h.key] = h.n + 1
+        self.queues.setdefault(h.key, deque()).append(h)
+        self._index.setdefault(h.key, _DueIndex()).add(h)
 
     def held(self) -> int:
         return sum(len(q) for q in list(self.queues.values()))  # (a copy: read without the batch lock too)
@@ -102,7 +154,7 @@ class LedgerHold:
         their batch's file holds them (what :meth:`rebuild` needs of it)."""
         admitted = [Held(batch_id, key, ts, tuple(acked), item) for key, ts, acked, item in rows]
         for h in admitted:
-            self.queues.setdefault(h.key, deque()).append(h)
+            self._admit(h)
         if newest_read_us is not None:
             self.threshold_us = max(self.threshold_us, newest_read_us + self.lead_us)
         for p, off in read_ends.items():  # (an acknowledgement the readers passed before it came is due)
@@ -123,28 +175,29 @@ class LedgerHold:
         """Everything held, in order (the readers are at the end of the canary)."""
         out = [h.item for key in sorted(self.queues) for h in self.queues[key]]
         self.queues.clear()
+        self._index.clear()
         self.released_through = max(self.released_through, batch_id)
         return out
-
-    def _due(self, h: Held) -> bool:
-        return h.ts_us is None or h.ts_us <= self.threshold_us or any(
-            off <= self.read_high.get(p, -1) for p, off in h.acked)
 
     def _release_due(self) -> list[Any]:
         """Per partition, everything up to its last row due (a row not due yet before it is released
         with it: early is safe, and a writer's entries keep their order), then every row that
         acknowledges nothing after it (a transaction's end, a writer's next intent, a checkpoint:
-        nothing to wait for)."""
+        nothing to wait for). Logarithmic in the rows held (:class:`_DueIndex`), not linear: a
+        catch-up may hold the whole ledger of its backlog, every batch."""
         out = []
         for key in sorted(self.queues):
-            q = self.queues[key]
-            last = max((i for i, h in enumerate(q) if self._due(h)), default=-1)
-            for _ in range(last + 1):
-                out.append(q.popleft().item)
-            while q and not q[0].acked:
+            q, index = self.queues[key], self._index[key]
+            last = index.due_through(self.threshold_us, self.read_high)
+            while q and (q[0].n <= last or not q[0].acked):  # (then those that acknowledge nothing)
+                index.released(q[0])
                 out.append(q.popleft().item)
             if not q:
-                del self.queues[key]
+                del self.queues[key], self._index[key]
+            elif index.stale():
+                self._index[key] = fresh = _DueIndex(last=last)
+                for h in q:
+                    fresh.add(h)
         return out
 
     def heads(self) -> list[list[int]]:
@@ -166,7 +219,7 @@ class LedgerHold:
                 continue
             for index, (key, ts, acked, item) in enumerate(rows):
                 if key in heads and (batch_id, index) >= heads[key]:
-                    hold.queues.setdefault(key, deque()).append(Held(batch_id, key, ts, tuple(acked), item, index))
+                    hold._admit(Held(batch_id, key, ts, tuple(acked), item, index))
         return hold
 
     def to_doc(self) -> dict[str, Any]:
