@@ -44,13 +44,28 @@ def healthy(cluster: LocalCluster) -> None:
     cluster.up()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report kept on the test (``rep_call``: whether the test itself failed)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @pytest.fixture
-def cluster_ready(cluster_env):
+def cluster_ready(cluster_env, request):
     healthy(cluster_env["cluster"])
     before = topic_names(cluster_env)
     yield cluster_env
     stop_leftover_background()  # before the cluster is healed: a leftover run must not act on it meanwhile
     healthy(cluster_env["cluster"])
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        # kept for a look after the session: `vigil cluster up` on the session's cluster config and
+        # `vigil audit` on the test's (both under pytest's base temp), with the canary still there
+        print(f"the failed test's topics are kept: {sorted(topic_names(cluster_env) - before)}; "
+              f"the cluster's config: {cluster_env['config_path']}")
+        return
     drop_topics_created_since(cluster_env, before)
 
 
