@@ -1,0 +1,211 @@
+"""A from-scratch catch-up counts group_skip the audit does not: pure reproduction (invariants only,
+plus the audit's own LedgerBook, which is pure Python).
+
+Run from the checkout:  .venv/bin/python scripts/repro/group_skip_catch_up.py [--real] [--fix]
+(--fix monkeypatches the proposed fix in; open work, see the README "Catching up" and the
+wiped-partition test: the catch-ups do not compare group verdicts yet)
+
+History (one in-order idempotent writer W; canary partition 0 wiped; partition 1 only advances
+the ledger's clock):
+  old log p0: W's seqs 0..8 acked at offsets 0,1,2,4,5,6,8,9,10 (3 and 7: transaction markers,
+              read_committed returns nothing there); ledger entries at 1..10 s.
+  member a consumed the old log's records and committed 11 (ack at 11 s by its clock).
+  filler:     W acks on p1 every 20 s (20..180 s): ledger entries only.
+  at 200 s:   node back without p0's data; W's next seqs 9..28 land at offsets 0..19 (its acks go
+              backwards: the ledger shows [0, 11) reused, the rewrite beginning at 200 s).
+  member b:   assigned p0, committed 11 read (no reset), consumed 11..19, committed 20.
+The final log of p0: W's seqs 9..28 at 0..19. Its records at 3 and 7 were never consumed by the
+group, but the old log's commit of 11 passed the old log there (markers): not a skip (the audit
+exempts [0, 11) from the ledger's backward acks).
+
+The catch-up: batches cut short; the observation log and the head of the ledger come first,
+read_committed reads the (short) new log of p0 in batch 1 (records written at 200 s+ while the
+ledger's clock is at ~10 s); the ledger's backward acks come in batch 3. The commit of 11 judges
+the new records at 3 and 7 against the old consumption (none there): two skips, held for a re-read
+and then for the ledger (Checker._ledger_behind) — whose wait ends 30 s of LEDGER clock after the
+skip was first asked (LEDGER_WAIT_MAX_US), not after the ledger reaches the record's write. Batch 2
+advances the ledger clock by 170 s: both skips counted; batch 3's exemption (take_exempted -> drop)
+comes too late.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+sys.path.insert(0, ".")
+
+from invariants.checker import Checker
+from invariants.groups import GroupJudge
+from invariants.ledger_entries import Intent, LedgerEntry, OutcomeRun, Outcomes, Start, Stop, WriteRange, WriterRef
+from invariants.ledger_format import WriteOutcome
+from invariants.model import RC, RU, Read, Settings
+from monitor.audit.book import LedgerBook  # (the audit's ledger reading: pure)
+
+TID, WID, INC = "topic-1", 77, 1
+W = WriterRef("w", WID, INC)
+S = 1_000_000  # µs per s
+OLD_OFFSETS = [0, 1, 2, 4, 5, 6, 8, 9, 10]
+
+
+def ledger() -> list[LedgerEntry]:
+    es: list[LedgerEntry] = []
+
+    def add(ts_us, body):
+        es.append(LedgerEntry(W, len(es), ts_us, body))
+
+    def ack(p, seq, off, ts_us):
+        add(ts_us, Intent(TID, (WriteRange(p, seq, 1),)))
+        add(ts_us + 1, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, off, ts_us, ts_us + 1),)))
+
+    add(S // 2, Start("canary", TID, 2))
+    for seq, off in enumerate(OLD_OFFSETS):  # the old log of p0
+        ack(0, seq, off, (1 + seq) * S)
+    for i, t in enumerate(range(20, 200, 20)):  # p1: the ledger's clock goes on
+        ack(1, i, i, t * S)
+    for i in range(20):  # the new log of p0 from 0: W's seqs 9.. (acks going backwards)
+        ack(0, 9 + i, i, 200 * S + i * 1000)
+    for i, t in enumerate(range(220, 300, 20)):  # the ledger goes on after the rewrite (live: it does)
+        ack(1, 9 + i, 9 + i, t * S)
+    add(300 * S, Stop())  # the run stopped before the catch-ups (as the test's run.stop())
+    return es
+
+
+OBS = [("a", "assigned", 1_000, {"p": [0], "c": {"0": -1}}),
+       ("a", "consumed", 5_000, {"r": {"0": [[0, 3], [4, 3], [8, 3]]}}),
+       ("a", "intent", 10_500, {"o": {"0": 11}}), ("a", "ack", 11_000, {"r": "ok"}),
+       ("a", "revoked", 190_000, {"p": [0]}),
+       ("b", "assigned", 205_000, {"p": [0], "c": {"0": 11}, "oor": [], "uk": []}),
+       ("b", "consumed", 206_000, {"r": {"0": [[o, 1] for o in range(11, 20)]}}),
+       ("b", "intent", 207_000, {"o": {"0": 20}}), ("b", "ack", 207_500, {"r": "ok"})]
+OBSERVATIONS = [(at, {"v": 1, "m": m, "k": k, "t": t, **f}) for at, (m, k, t, f) in enumerate(OBS)]
+
+FINAL = {0: [Read(o, (WID, INC, 9 + o)) for o in range(20)],  # p0: the new log only
+         1: [Read(i, (WID, INC, i)) for i in range(13)]}
+
+
+def audit(entries) -> int:
+    """As monitor/group/audit.py: the ledger's reused ranges and marks first, every observation,
+    then the final log, judged once."""
+    book = LedgerBook()
+    for e in entries:
+        book.apply(e)
+    j = GroupJudge()
+    for (tid, p), offs in book.reused.items():
+        for first, count in offs.to_runs():
+            j.rewritten(p, first, first + count)
+    for (tid, p), marks in book.rewrite_marks.items():
+        for since, lo in marks:
+            j.rewritten(p, lo, lo, since_ms=since)
+    for at, obs in OBSERVATIONS:
+        j.observe(at, obs)
+    j.read_reference(0, [r.offset for r in FINAL[0]], reader_at=20)
+    return sum(f.invariant == "group_skip" for f in j.judge({0: 0}))
+
+
+def refetch(ck: Checker, log: dict) -> list:
+    """What the watch does between batches: read again what the checker wants, from the final log."""
+    out = []
+    for _ in range(5):
+        wanted = ck.refetch_wanted()
+        if not wanted:
+            break
+        for w in wanted:
+            for iso in (RC, RU):
+                reads = [r for r in log.get(w.partition, []) if w.lo <= r.offset < w.hi]
+                ck.apply_refetched(iso, w.topic_id, w.partition, reads, (w.lo, w.hi))
+        out += ck.settle()
+    return out
+
+
+def catch_up(ledger_batches: list[list[LedgerEntry]], reads_in: int = 0) -> int:
+    """A new checker (a catch-up from the history's start): batch i applies ledger_batches[i], then
+    (in batch ``reads_in``) the final log's reads and the whole observation log, then settles; the
+    re-fetches it asks for are answered from the final log between batches."""
+    ck = Checker(Settings(settle_offsets=4, horizon_offsets=1000))
+    ck.note_topic("canary", TID)
+    ck.group_source = "canary"
+    found = []
+    for i, chunk in enumerate(ledger_batches):
+        ck.apply_ledger(chunk)
+        if i == reads_in:
+            for p, reads in FINAL.items():
+                for iso in (RC, RU):
+                    ck.apply_reads(iso, TID, p, reads)
+            ck.apply_group_observations(OBSERVATIONS, reader_at={0: 20})
+        found += ck.settle()
+        found += refetch(ck, FINAL)
+    return Counter(v.invariant.value for v in found)["group_skip"]
+
+
+def apply_fix() -> None:
+    """The proposed fix, monkeypatched (nothing under /work/main is changed): a skip's wait for the
+    ledger starts when the ledger has reached the record's write (its intent folded), not when the
+    skip was first asked. While the intent is not folded (and the writer may still write), the
+    clock is re-stamped; after that, the same grace (5 s) / outcome / cap (30 s) as before."""
+    from invariants import checker as C, reference_confirm as R
+    from invariants.model import is_canary
+
+    def intent_unread(fold, writer_id, inc, partition, seq):
+        w = next((c for c in fold.writers.values() if c.writer_id == writer_id and c.inc == inc), None)
+        if w is None:  # (as outcome_open: an incarnation whose start is still on its way)
+            return any(c.writer_id == writer_id and c.inc < inc and c.watched for c in fold.writers.values())
+        if w.stopped or w.superseded or not w.watched:
+            return False
+        return seq >= fold.intended_to.get((writer_id, inc, partition), 0)
+
+    def unread(self, key, record):
+        return is_canary(record) and self.fold.writing() and intent_unread(self.fold, record[0], record[1],
+                                                                             key.partition, record[2])
+
+    def confirmed(self, view, wait=None, now=0, unread=None):
+        found = []
+        ready = [(c, now) for c in self.pending.take_ready()] + self.waiting
+        self.waiting = []
+        for c, since in ready:
+            held = view(c.key).held(c.data.offset)
+            if held is None:
+                continue
+            if unread is not None and unread(c.key, held):
+                self.waiting.append((c, now))  # the ledger not at the record's write yet: its clock starts later
+            elif wait is not None and wait(c.key, held, since):
+                self.waiting.append((c, since))
+            else:
+                found.append((c.key.topic_id, c.data))
+        return found
+
+    R.FindingsToConfirm.confirmed = confirmed
+    orig = C.Checker._group_judge
+
+    def _group_judge(self):
+        inner = self.group_skips.confirmed
+        self.group_skips.confirmed = lambda view, wait=None, now=0: inner(view, wait, now,
+                                                                          unread=lambda k, r: unread(self, k, r))
+        try:
+            orig(self)
+        finally:
+            del self.group_skips.confirmed
+    C.Checker._group_judge = _group_judge
+
+
+def main() -> None:
+    if "--fix" in sys.argv:
+        apply_fix()
+        print("(with the proposed fix)")
+    if "--real" in sys.argv:  # b does not report offset 15: a real skip on the new log
+        OBS[6] = ("b", "consumed", 206_000, {"r": {"0": [[o, 1] for o in range(11, 20) if o != 15]}})
+        OBSERVATIONS[:] = [(at, {"v": 1, "m": m, "k": k, "t": t, **f}) for at, (m, k, t, f) in enumerate(OBS)]
+        print("(b skipped offset 15: one real group_skip)")
+    es = ledger()
+    upto = lambda t: [e for e in es if e.time_us <= t]
+    head, middle, tail = upto(12 * S), [e for e in es if 12 * S < e.time_us < 200 * S], \
+        [e for e in es if e.time_us >= 200 * S]
+    near = [e for e in middle if e.time_us <= 30 * S]
+    print("audit (whole ledger first, final log):        group_skip =", audit(es))
+    print("catch-up, whole ledger before the reads:      group_skip =", catch_up([es]))
+    print("catch-up, ledger head | +170 s | rewrite acks: group_skip =", catch_up([head, middle, tail]))
+    print("catch-up, ledger head | +18 s  | rest:         group_skip =",
+          catch_up([head, near, [e for e in es if e.time_us > 30 * S]]), "(the wait held: < 30 s of ledger clock)")
+
+
+if __name__ == "__main__":
+    main()
