@@ -2,8 +2,8 @@
 plus the audit's own LedgerBook, which is pure Python).
 
 Run from the checkout:  .venv/bin/python scripts/repro/group_skip_catch_up.py [--real] [--fix]
-(--fix monkeypatches the proposed fix in; open work, see the README "Catching up" and the
-wiped-partition test: the catch-ups do not compare group verdicts yet)
+(--fix monkeypatches a fix in: it clears this reproduction, not the wiped-partition test's real
+catch-ups, which still counted 26 with it; open work, see the README "Open: group verdicts in a catch-up")
 
 History (one in-order idempotent writer W; canary partition 0 wiped; partition 1 only advances
 the ledger's clock):
