@@ -464,7 +464,10 @@ class WatchRuntime:
                         # read by name: if the topic was deleted (and created again) while it was read,
                         # what was read may be another topic's, at the same offsets: dropped. A name
                         # that still points at the ID after the read read nothing else (an ID is never
-                        # reused), so this look-up is not cached.
+                        # reused), so this look-up is not cached. (The checker also refuses a re-read
+                        # whose canary records were meant for another ID, by content:
+                        # Checker.apply_refetched; this catches what content cannot tell, such as
+                        # records not the canary's.)
                         if self.topics.fresh_id(name, max_age_s=0.0) == w.topic_id:
                             results.append((w, got))
                     except Exception as exc:  # noqa: BLE001 - this partition's leader away: it stays

@@ -1,9 +1,11 @@
 """A from-scratch catch-up counts group_skip the audit does not: pure reproduction (invariants only,
 plus the audit's own LedgerBook, which is pure Python).
 
-Run from the checkout:  .venv/bin/python scripts/repro/group_skip_catch_up.py [--real] [--fix]
-(--fix monkeypatches a fix in: it clears this reproduction, not the wiped-partition test's real
-catch-ups, which still counted 26 with it; open work, see the README "Open: group verdicts in a catch-up")
+Run from the checkout:  .venv/bin/python scripts/repro/group_skip_catch_up.py [--real]
+A fix that clears this reproduction (the wait starts once the ledger folded the record's intent) is on
+branch group-skip-catch-up (f74f084), with this history as a unit test; it does not clear the
+wiped-partition test's real catch-ups (26 left): open work, see the README "Open: group verdicts in a
+catch-up".
 
 History (one in-order idempotent writer W; canary partition 0 wiped; partition 1 only advances
 the ledger's clock):
@@ -40,6 +42,7 @@ from invariants.ledger_entries import Intent, LedgerEntry, OutcomeRun, Outcomes,
 from invariants.ledger_format import WriteOutcome
 from invariants.model import RC, RU, Read, Settings
 from monitor.audit.book import LedgerBook  # (the audit's ledger reading: pure)
+from tests.unit.histories import answer_refetches
 
 TID, WID, INC = "topic-1", 77, 1
 W = WriterRef("w", WID, INC)
@@ -102,21 +105,6 @@ def audit(entries) -> int:
     return sum(f.invariant == "group_skip" for f in j.judge({0: 0}))
 
 
-def refetch(ck: Checker, log: dict) -> list:
-    """What the watch does between batches: read again what the checker wants, from the final log."""
-    out = []
-    for _ in range(5):
-        wanted = ck.refetch_wanted()
-        if not wanted:
-            break
-        for w in wanted:
-            for iso in (RC, RU):
-                reads = [r for r in log.get(w.partition, []) if w.lo <= r.offset < w.hi]
-                ck.apply_refetched(iso, w.topic_id, w.partition, reads, (w.lo, w.hi))
-        out += ck.settle()
-    return out
-
-
 def catch_up(ledger_batches: list[list[LedgerEntry]], reads_in: int = 0) -> int:
     """A new checker (a catch-up from the history's start): batch i applies ledger_batches[i], then
     (in batch ``reads_in``) the final log's reads and the whole observation log, then settles; the
@@ -133,64 +121,11 @@ def catch_up(ledger_batches: list[list[LedgerEntry]], reads_in: int = 0) -> int:
                     ck.apply_reads(iso, TID, p, reads)
             ck.apply_group_observations(OBSERVATIONS, reader_at={0: 20})
         found += ck.settle()
-        found += refetch(ck, FINAL)
+        answer_refetches(ck, lambda _iso, p: FINAL.get(p, []), found=found)  # (what the watch does between batches)
     return Counter(v.invariant.value for v in found)["group_skip"]
 
 
-def apply_fix() -> None:
-    """The proposed fix, monkeypatched (nothing under /work/main is changed): a skip's wait for the
-    ledger starts when the ledger has reached the record's write (its intent folded), not when the
-    skip was first asked. While the intent is not folded (and the writer may still write), the
-    clock is re-stamped; after that, the same grace (5 s) / outcome / cap (30 s) as before."""
-    from invariants import checker as C, reference_confirm as R
-    from invariants.model import is_canary
-
-    def intent_unread(fold, writer_id, inc, partition, seq):
-        w = next((c for c in fold.writers.values() if c.writer_id == writer_id and c.inc == inc), None)
-        if w is None:  # (as outcome_open: an incarnation whose start is still on its way)
-            return any(c.writer_id == writer_id and c.inc < inc and c.watched for c in fold.writers.values())
-        if w.stopped or w.superseded or not w.watched:
-            return False
-        return seq >= fold.intended_to.get((writer_id, inc, partition), 0)
-
-    def unread(self, key, record):
-        return is_canary(record) and self.fold.writing() and intent_unread(self.fold, record[0], record[1],
-                                                                             key.partition, record[2])
-
-    def confirmed(self, view, wait=None, now=0, unread=None):
-        found = []
-        ready = [(c, now) for c in self.pending.take_ready()] + self.waiting
-        self.waiting = []
-        for c, since in ready:
-            held = view(c.key).held(c.data.offset)
-            if held is None:
-                continue
-            if unread is not None and unread(c.key, held):
-                self.waiting.append((c, now))  # the ledger not at the record's write yet: its clock starts later
-            elif wait is not None and wait(c.key, held, since):
-                self.waiting.append((c, since))
-            else:
-                found.append((c.key.topic_id, c.data))
-        return found
-
-    R.FindingsToConfirm.confirmed = confirmed
-    orig = C.Checker._group_judge
-
-    def _group_judge(self):
-        inner = self.group_skips.confirmed
-        self.group_skips.confirmed = lambda view, wait=None, now=0: inner(view, wait, now,
-                                                                          unread=lambda k, r: unread(self, k, r))
-        try:
-            orig(self)
-        finally:
-            del self.group_skips.confirmed
-    C.Checker._group_judge = _group_judge
-
-
 def main() -> None:
-    if "--fix" in sys.argv:
-        apply_fix()
-        print("(with the proposed fix)")
     if "--real" in sys.argv:  # b does not report offset 15: a real skip on the new log
         OBS[6] = ("b", "consumed", 206_000, {"r": {"0": [[o, 1] for o in range(11, 20) if o != 15]}})
         OBSERVATIONS[:] = [(at, {"v": 1, "m": m, "k": k, "t": t, **f}) for at, (m, k, t, f) in enumerate(OBS)]
