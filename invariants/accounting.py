@@ -199,14 +199,27 @@ class LedgerFold:
         undecided writes are indeterminate; one this fold does not know, unless it knows an earlier
         incarnation of the writer: then the new one's ``start``, which comes before its writes, is
         still on its way)."""
-        w = next((c for c in self.writers.values() if c.writer_id == writer_id and c.inc == inc), None)
+        if self.intent_unread(writer_id, inc, partition, seq):
+            return True
+        w = self._incarnation(writer_id, inc)
+        if w is None or w.stopped or w.superseded or not w.watched:
+            return False
+        return any(r.first <= seq < r.end for r in w.pending.get((topic_id, partition), ()))
+
+    def intent_unread(self, writer_id: int, inc: int, partition: int, seq: int) -> bool:
+        """True while the write of seq ``seq`` may still have an intent to come in the ledger: the
+        incarnation is watched and writing, and no intent of it folded so far reaches ``seq`` on
+        ``partition`` (or the incarnation is not known yet, but an earlier one of the writer is:
+        its ``start`` is on its way)."""
+        w = self._incarnation(writer_id, inc)
         if w is None:
             return any(c.writer_id == writer_id and c.inc < inc and c.watched for c in self.writers.values())
         if w.stopped or w.superseded or not w.watched:
             return False
-        if seq >= self.intended_to.get((writer_id, inc, partition), 0):
-            return True
-        return any(r.first <= seq < r.end for r in w.pending.get((topic_id, partition), ()))
+        return seq >= self.intended_to.get((writer_id, inc, partition), 0)
+
+    def _incarnation(self, writer_id: int, inc: int) -> Any:
+        return next((c for c in self.writers.values() if c.writer_id == writer_id and c.inc == inc), None)
 
     def writing(self) -> bool:
         """Whether some watched writer may still append to the ledger (started, neither stopped nor

@@ -376,7 +376,8 @@ class Checker(TopicLifecycle):
         starts = {p: off for (t, p), off in self.log_start.items() if t == tid} if tid else {}
         for p, lo, hi in self.groups.take_exempted():  # a rewrite's offsets: no skip held there is one
             self.group_skips.drop(tid, p, lo, hi)
-        for about, f in self.group_skips.confirmed(self._view_of, self._ledger_behind, self.fold.clock_us):
+        for about, f in self.group_skips.confirmed(self._view_of, self._ledger_behind, self.fold.clock_us,
+                                                   self._intent_unread):
             self._group_violations(about, [f])
         self._group_violations(tid, self.group_skips.hold(self.groups.judge(starts), tid, self._view_of))
 
@@ -393,6 +394,16 @@ class Checker(TopicLifecycle):
             return False
         return clock < since_us + LEDGER_GRACE_US or (is_canary(record) and self.fold.outcome_open(
             record[0], record[1], key.topic_id, key.partition, record[2]))
+
+    def _intent_unread(self, key: ViewKey, record: Ident) -> bool:
+        """Whether the ledger has not reached the write of a record read yet (a catch-up reads a
+        rewritten log's new records long before the ledger comes to their time): a skip's wait for
+        the ledger (:meth:`_ledger_behind`) starts only once it has, so the acknowledgements that
+        show the offsets reused, which follow the intent, are not outwaited. Live the intent is
+        folded within about a second of the record. Found on the local cluster: 18-26 false
+        ``group_skip`` in catch-ups of a wiped-partition history (tests/unit/invariants/test_group_skip_catch_up.py)."""
+        return is_canary(record) and self.fold.writing() and self.fold.intent_unread(
+            record[0], record[1], key.partition, record[2])
 
     def _group_violations(self, tid: str, found: list[GroupFinding]) -> None:
         for f in found:

@@ -19,7 +19,9 @@ had consumed when X's ``ack`` was written. Each record is judged by the first ac
 (in log order) that passes it, so the verdict does not depend on how far the reference reader
 was when the commit was seen. Not judged below the canary's log start (retention took it, and
 ``auto.offset.reset`` then moves a group on by design). Live, a skip counts only once the reference
-reader read its offset again and found a record there (:mod:`invariants.reference_confirm`).
+reader read its offset again and found a record there (:mod:`invariants.reference_confirm`), and
+the ledger was read a few seconds past the skipped record's own intent (a rewrite's acknowledgements
+may exempt it: ``Checker._ledger_behind``, ``Checker._intent_unread``).
 
 **``group_rewind``** (a delivery below what the group acknowledged). When a member starts
 consuming a partition it was assigned, the committed offset it fetched is one of: the commits

@@ -43,8 +43,8 @@ clock stands in for the writers', and only entries that acknowledge nothing can 
 **What does change.** The ``group_skip`` and ``eos_loss`` confirmations wait for the ledger to be
 read a few seconds further than when the skip or loss was found (``Checker._ledger_behind``, on
 the ledger's clock): in a catch-up the hold keeps that clock near the readers instead of at the
-end of the backlog, so those waits end later. A catch-up's group verdicts are open work either way
-(the wiped-partition test measured group_skip the audit does not find with and without the hold).
+end of the backlog, so those waits end later (and a skip's wait starts only once the ledger folded the
+skipped record's intent: ``Checker._intent_unread``).
 
 Pure: no I/O and no Kafka. The items are opaque (the adapter's ledger rows); the hold keeps their
 order and their timestamps, and can be rebuilt from what it held at each batch

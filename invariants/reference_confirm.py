@@ -79,10 +79,12 @@ class FindingsToConfirm(Generic[F]):
         return rest
 
     def confirmed(self, view: Callable[[ViewKey], PartitionView],
-                  wait: Callable[[ViewKey, Ident, int], bool] | None = None, now: int = 0) -> list[tuple[str, F]]:
+                  wait: Callable[[ViewKey, Ident, int], bool] | None = None, now: int = 0,
+                  not_yet: Callable[[ViewKey, Ident], bool] | None = None) -> list[tuple[str, F]]:
         """The findings whose offset was read again, that still hold a record there, with the topic
         ID they are about — once ``wait(key, record, since)`` is False (``since``: ``now`` when it
-        was first asked); until then they wait, and are asked again at the next call."""
+        was first asked, or last asked while ``not_yet(key, record)`` was True: the wait starts
+        only after that); until then they wait, and are asked again at the next call."""
         found: list[tuple[str, F]] = []
         ready = [(c, now) for c in self.pending.take_ready()] + self.waiting
         self.waiting = []
@@ -90,7 +92,9 @@ class FindingsToConfirm(Generic[F]):
             held = view(c.key).held(c.data.offset)
             if held is None:
                 continue
-            if wait is not None and wait(c.key, held, since):
+            if not_yet is not None and not_yet(c.key, held):
+                self.waiting.append((c, now))
+            elif wait is not None and wait(c.key, held, since):
                 self.waiting.append((c, since))
             else:
                 found.append((c.key.topic_id, c.data))

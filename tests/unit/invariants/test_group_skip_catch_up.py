@@ -1,11 +1,8 @@
-"""A from-scratch catch-up counts group_skip the audit does not: pure reproduction (invariants only,
+"""A from-scratch catch-up of a rewritten log counts the group_skip the audit counts (invariants only,
 plus the audit's own LedgerBook, which is pure Python).
 
-Run from the checkout:  .venv/bin/python scripts/repro/group_skip_catch_up.py [--real]
-A fix that clears this reproduction (the wait starts once the ledger folded the record's intent) is on
-branch group-skip-catch-up (f74f084), with this history as a unit test; it does not clear the
-wiped-partition test's real catch-ups (26 left): open work, see the README "Open: group verdicts in a
-catch-up".
+The fix (Checker._intent_unread): a skip's wait for the ledger starts once the ledger has folded the
+skipped record's own intent. Without it: the split catch-up below counted 2 (offsets 3 and 7).
 
 History (one in-order idempotent writer W; canary partition 0 wiped; partition 1 only advances
 the ledger's clock):
@@ -31,10 +28,12 @@ comes too late.
 """
 from __future__ import annotations
 
-import sys
 from collections import Counter
 
-sys.path.insert(0, ".")
+import pytest
+
+
+
 
 from invariants.checker import Checker
 from invariants.groups import GroupJudge
@@ -80,13 +79,15 @@ OBS = [("a", "assigned", 1_000, {"p": [0], "c": {"0": -1}}),
        ("b", "assigned", 205_000, {"p": [0], "c": {"0": 11}, "oor": [], "uk": []}),
        ("b", "consumed", 206_000, {"r": {"0": [[o, 1] for o in range(11, 20)]}}),
        ("b", "intent", 207_000, {"o": {"0": 20}}), ("b", "ack", 207_500, {"r": "ok"})]
-OBSERVATIONS = [(at, {"v": 1, "m": m, "k": k, "t": t, **f}) for at, (m, k, t, f) in enumerate(OBS)]
+def observations(obs) -> list:
+    return [(at, {"v": 1, "m": m, "k": k, "t": t, **f}) for at, (m, k, t, f) in enumerate(obs)]
+
 
 FINAL = {0: [Read(o, (WID, INC, 9 + o)) for o in range(20)],  # p0: the new log only
          1: [Read(i, (WID, INC, i)) for i in range(13)]}
 
 
-def audit(entries) -> int:
+def audit(entries, observed) -> int:
     """As monitor/group/audit.py: the ledger's reused ranges and marks first, every observation,
     then the final log, judged once."""
     book = LedgerBook()
@@ -99,13 +100,13 @@ def audit(entries) -> int:
     for (tid, p), marks in book.rewrite_marks.items():
         for since, lo in marks:
             j.rewritten(p, lo, lo, since_ms=since)
-    for at, obs in OBSERVATIONS:
+    for at, obs in observed:
         j.observe(at, obs)
     j.read_reference(0, [r.offset for r in FINAL[0]], reader_at=20)
     return sum(f.invariant == "group_skip" for f in j.judge({0: 0}))
 
 
-def catch_up(ledger_batches: list[list[LedgerEntry]], reads_in: int = 0) -> int:
+def catch_up(ledger_batches: list[list[LedgerEntry]], observed, reads_in: int = 0) -> int:
     """A new checker (a catch-up from the history's start): batch i applies ledger_batches[i], then
     (in batch ``reads_in``) the final log's reads and the whole observation log, then settles; the
     re-fetches it asks for are answered from the final log between batches."""
@@ -119,28 +120,28 @@ def catch_up(ledger_batches: list[list[LedgerEntry]], reads_in: int = 0) -> int:
             for p, reads in FINAL.items():
                 for iso in (RC, RU):
                     ck.apply_reads(iso, TID, p, reads)
-            ck.apply_group_observations(OBSERVATIONS, reader_at={0: 20})
+            ck.apply_group_observations(observed, reader_at={0: 20})
         found += ck.settle()
         answer_refetches(ck, lambda _iso, p: FINAL.get(p, []), found=found)  # (what the watch does between batches)
     return Counter(v.invariant.value for v in found)["group_skip"]
 
 
-def main() -> None:
-    if "--real" in sys.argv:  # b does not report offset 15: a real skip on the new log
-        OBS[6] = ("b", "consumed", 206_000, {"r": {"0": [[o, 1] for o in range(11, 20) if o != 15]}})
-        OBSERVATIONS[:] = [(at, {"v": 1, "m": m, "k": k, "t": t, **f}) for at, (m, k, t, f) in enumerate(OBS)]
-        print("(b skipped offset 15: one real group_skip)")
+@pytest.mark.parametrize("real", [False, True])
+def test_a_catch_up_of_a_rewritten_log_counts_the_group_skips_the_audit_counts(real):
+    """The reads of the new log come with the ledger's clock at its head; the acknowledgements that
+    show [0, 11) reused come 170 s of ledger later. ``real``: b did not consume offset 15, a skip on
+    the new log that every order must count."""
+    obs = list(OBS)
+    if real:
+        obs[6] = ("b", "consumed", 206_000, {"r": {"0": [[o, 1] for o in range(11, 20) if o != 15]}})
+    observed = observations(obs)
     es = ledger()
-    upto = lambda t: [e for e in es if e.time_us <= t]
-    head, middle, tail = upto(12 * S), [e for e in es if 12 * S < e.time_us < 200 * S], \
-        [e for e in es if e.time_us >= 200 * S]
+    head = [e for e in es if e.time_us <= 12 * S]
+    middle = [e for e in es if 12 * S < e.time_us < 200 * S]
+    tail = [e for e in es if e.time_us >= 200 * S]
     near = [e for e in middle if e.time_us <= 30 * S]
-    print("audit (whole ledger first, final log):        group_skip =", audit(es))
-    print("catch-up, whole ledger before the reads:      group_skip =", catch_up([es]))
-    print("catch-up, ledger head | +170 s | rewrite acks: group_skip =", catch_up([head, middle, tail]))
-    print("catch-up, ledger head | +18 s  | rest:         group_skip =",
-          catch_up([head, near, [e for e in es if e.time_us > 30 * S]]), "(the wait held: < 30 s of ledger clock)")
-
-
-if __name__ == "__main__":
-    main()
+    expected = 1 if real else 0
+    assert audit(es, observed) == expected
+    assert catch_up([es], observed) == expected  # the whole ledger first (live order, near enough)
+    assert catch_up([head, middle, tail], observed) == expected  # the ledger's clock far behind the reads
+    assert catch_up([head, near, [e for e in es if e.time_us > 30 * S]], observed) == expected
