@@ -96,7 +96,9 @@ reader's frontier can no longer be compared with what was read there: ``expired_
 (the audit's to judge).
 
 **Expired, by reason** (``vigil_expired_unread_total{reason}``, never violations):
-``below_first_read`` (acked below the first offset the reader read), ``log_start`` (below the
+``below_first_read`` (acked below the first offset the reader read; on a topic ID that replaced
+another under its name, what Spark skipped there is read directly before its first read:
+``TopicLifecycle._fill_below``), ``log_start`` (below the
 partition's log start when judged), ``horizon`` (acked, or waiting for a re-read, further back
 than the live horizon remembers), ``retired`` (the topic ID was retired with ``vigil retire``).
 

@@ -113,6 +113,10 @@ class Checker(TopicLifecycle):
         self.log_start: dict[tuple[str, int], int] = {}
         self.records_checked: dict[Isolation, int] = {RC: 0, RU: 0}
         self.old_log_reads: dict[Isolation, int] = {}  # reads of a replaced ID's log under its name, not applied
+        # records read directly below a reader's first read of a recreated topic (TopicLifecycle._fill_below),
+        # and those of them left out (up to the last one not known to be meant for that ID)
+        self.filled_reads: dict[Isolation, int] = {}
+        self.fill_left_out: dict[Isolation, int] = {}
         self.refused_refetches: dict[tuple[Isolation, str, int], int] = {}  # in a row, per reader and partition
         self.suspects: dict[ViewKey, list[list[int]]] = {}  # ranges to read again (evidence of a rewrite)
         self.max_acked: dict[tuple[int, int, str, int], int] = {}  # (writer, inc, topic, partition) -> offset

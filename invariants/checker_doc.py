@@ -36,6 +36,8 @@ def to_doc(ck: Any) -> dict[str, Any]:
         "counted_before": [[Violation.identity_doc(ident), n] for ident, n in ck.sink.counted_before.items()],
         "records_checked": {iso.value: n for iso, n in ck.records_checked.items()},
         "old_log_reads": {iso.value: n for iso, n in ck.old_log_reads.items()},
+        "filled_reads": {iso.value: n for iso, n in ck.filled_reads.items()},
+        "fill_left_out": {iso.value: n for iso, n in ck.fill_left_out.items()},
         "log_start": [[tid, p, off] for (tid, p), off in ck.log_start.items()],
         "views": [[key.to_doc(), v.to_doc()] for key, v in ck.views.items()],
         "dirty": [key.to_doc() for key in ck._dirty],
@@ -81,6 +83,8 @@ def from_doc(ck: Any, doc: dict[str, Any], settings: Settings) -> Any:
         ck.sink.counted_before[Violation.identity_from_doc(ident)] = n
     ck.records_checked = {Isolation(k): n for k, n in doc["records_checked"].items()}
     ck.old_log_reads = {Isolation(k): n for k, n in doc.get("old_log_reads", {}).items()}  # absent before
+    ck.filled_reads = {Isolation(k): n for k, n in doc.get("filled_reads", {}).items()}  # absent before
+    ck.fill_left_out = {Isolation(k): n for k, n in doc.get("fill_left_out", {}).items()}
     ck.log_start = {(tid, p): off for tid, p, off in doc["log_start"]}
     ck.views = {ViewKey.from_doc(k): PartitionView.from_doc(v) for k, v in doc["views"]}
     ck._dirty = {ViewKey.from_doc(k) for k in doc["dirty"]}

@@ -27,7 +27,11 @@ cluster, a node back without its data under a group that committed past the new 
 while the writers' acknowledgements going backwards (which show the offsets reused:
 :meth:`invariants.groups.GroupJudge.rewritten`) were still on their way; live counted 7 skips in
 2 of 6 runs that the audit, with the whole ledger, did not. A skip whose offset a rewrite turns
-out to have reused is dropped while it waits, like one still to be read again. Waiting skips are
+out to have reused is dropped while it waits, like one still to be read again. The wait (a few
+seconds of the ledger's clock past the record's outcome, at most 30 s) starts only once the ledger
+has folded the skipped record's own intent: a from-scratch catch-up reads a rewritten log's new
+records long before the ledger reaches their time, and a wait counted from when the skip was found
+ran out first (18–31 false skips per catch-up of the wiped-partition history). Waiting skips are
 saved with the others; restored, they start waiting again.
 """
 

@@ -138,6 +138,8 @@ class WatchSnapshot:
     writers: list = field(default_factory=list)  # (name, acks, idempotence, transactional) of the canary writers
     refetches: int = 0
     old_log_reads: dict = field(default_factory=dict)  # Isolation -> records
+    filled_reads: dict = field(default_factory=dict)  # Isolation -> records
+    fill_left_out: dict = field(default_factory=dict)  # Isolation -> records
     list_offsets_failures: int = 0
     topics: dict = field(default_factory=dict)  # topic ID -> (name, state: current | gone reason | known)
     clock_skew: dict = field(default_factory=dict)  # writer name -> seconds its clock is ahead of the brokers'
@@ -255,6 +257,19 @@ class WatchCollector:
         for iso in READERS:
             old.add_metric([iso.value], s.old_log_reads.get(iso, 0))
         yield old
+        filled = CounterMetricFamily("vigil_filled_reads", "Records of a recreated canary topic that Spark skipped "
+                                     "(it resumed above the new log's start: no batch was planned while the topic "
+                                     "was gone) and the watch read directly, before the reader's first read there.",
+                                     labels=["isolation"])
+        refused = CounterMetricFamily("vigil_fill_left_out", "Records of such direct reads not applied: up to the "
+                                      "last canary record there not known to be meant for the new topic ID (an old log "
+                                      "still served under the name, a straggler): what lies below the first record "
+                                      "applied expires unread (below_first_read).", labels=["isolation"])
+        for iso in READERS:
+            filled.add_metric([iso.value], s.filled_reads.get(iso, 0))
+            refused.add_metric([iso.value], s.fill_left_out.get(iso, 0))
+        yield filled
+        yield refused
         reach = GaugeMetricFamily("vigil_ledger_reachable", "1 when the prober's last look found the ledger "
                                   "answering (its metadata, every partition with a leader and min.insync.replicas "
                                   "in sync), 0 when not: the writers then pause (no canary record without a durable "

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from invariants.checker import Checker
 from invariants.ledger_format import LedgerFormatError, decode
 from invariants.model import RC, RU, Read, ReadRun, Violation
+from invariants.topic_lifecycle import Fill
 from monitor.metrics import E2E_BUCKETS
 from monitor.record_format import FLAG_INTENDED_ABORT
 from monitor.eos import output_format
@@ -49,13 +50,15 @@ class BatchStats:
 def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str | None],
                 now: float | None = None, eos: EosInput | None = None,
                 group_reader_at: dict[int, int] | None = None,
-                ledger: list[tuple[int, bytes | None]] | None = None) -> tuple[list[Violation], BatchStats]:
+                ledger: list[tuple[int, bytes | None]] | None = None,
+                fill: Fill | None = None) -> tuple[list[Violation], BatchStats]:
     """Feed one micro-batch to the checker: ledger first, then each reader's partitions, then
     the EOS pipeline's output and what the watch knows of the pipeline (``eos``), then the group
     canary's observations with where the read_committed reader of the canary stands
     (``group_reader_at``, None: no group watched). ``ledger``: the ledger rows to apply, (append
     time µs, value) in order, where the ledger hold chose them (:mod:`monitor.watch.ledger_hold`);
-    None: the batch's own."""
+    None: the batch's own. ``fill``: reads directly what Spark skipped below its first read of a
+    recreated topic (:meth:`invariants.topic_lifecycle.TopicLifecycle._fill_below`)."""
     now = time.time() if now is None else now
     stats = BatchStats()
     checker.begin_batch()
@@ -64,7 +67,7 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
         part = table.filter(pc.equal(table.column("src"), s))
         if not part.num_rows:
             continue
-        _apply_reads(checker, iso, part, fresh_id, now, stats)
+        _apply_reads(checker, iso, part, fresh_id, now, stats, fill)
     if eos is not None:
         _apply_eos(checker, table, eos, stats)
     if group_reader_at is not None:
@@ -164,7 +167,7 @@ def reads_of(offsets: np.ndarray, cols: dict[str, Any]) -> tuple[list[Read], Cou
 
 
 def _apply_reads(checker: Checker, iso: Any, part: pa.Table, fresh_id: Callable[[str], str | None],
-                 now: float, stats: BatchStats) -> None:
+                 now: float, stats: BatchStats, fill: Fill | None = None) -> None:
     """One reader's rows (runs, single records and latency rows, :mod:`monitor.watch.executor`)."""
     latency = part.filter(pc.equal(part.column("kind"), KIND_LATENCY))
     if latency.num_rows:
@@ -183,13 +186,13 @@ def _apply_reads(checker: Checker, iso: Any, part: pa.Table, fresh_id: Callable[
             end += 1
         reads = items[start:end]
         name, p = topics[start], int(partitions[start])
-        if not checker.apply_named_reads(iso, name, p, reads, fresh_id):
+        if not checker.apply_named_reads(iso, name, p, reads, fresh_id, fill):
             tid = fresh_id(name)  # nothing known of the name yet: where it points now
             if tid is None:
                 stats.malformed["unknown_topic"] += sum(r.count if isinstance(r, ReadRun) else 1 for r in reads)
             else:
                 checker.note_topic(name, tid)
-                checker.apply_named_reads(iso, name, p, reads, fresh_id)
+                checker.apply_named_reads(iso, name, p, reads, fresh_id, fill)
         start = end
 
 

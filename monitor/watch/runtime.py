@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry
 
-from invariants.model import Settings, Violation
+from invariants.model import Isolation, Read, Settings, Violation
 from monitor import client_config, clients
 from monitor.config import Config
 from monitor.client_errors import ERRORS, classify_java
@@ -97,6 +97,9 @@ class WatchRuntime:
         self.credentials = CredentialWatch(cfg, self.stop)
         self.topics = TopicDirectory(cfg, self.prober, lambda tid: self.state.checker.topics.name_of(tid))
         self.refetcher = Refetcher(cfg, stop=self.stop)
+        # reads below Spark's first read of a recreated topic, under the batch lock (_fill): consumers of
+        # their own, since the re-fetch thread holds its own while it waits for that lock
+        self.filler = Refetcher(cfg, stop=self.stop)
         self._refetching = threading.Lock()
         self._refetch_wake = threading.Event()
         self._refetch_thread: threading.Thread | None = None
@@ -271,7 +274,8 @@ class WatchRuntime:
                 self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
                 ledger = self._ledger_due(batch_id, table)
                 violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=batch.eos,
-                                                group_reader_at=batch.group_reader_at, ledger=ledger)
+                                                group_reader_at=batch.group_reader_at, ledger=ledger,
+                                                fill=self._fill)
                 checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)
@@ -418,6 +422,34 @@ class WatchRuntime:
                 self._refetching.release()
         else:
             self.progress("a re-fetch did not end in time: its consumers are left to the process's exit")
+        if self.lock.acquire(timeout=timeout_s):  # (the filler reads under the batch lock)
+            try:
+                self.filler.close()
+            finally:
+                self.lock.release()
+
+    def _fill(self, iso: Isolation, name: str, topic_id: str, partition: int, lo: int, hi: int) -> list[Read] | None:
+        """``[lo, hi)`` of ``name``'s partition read directly for one reader, under the batch lock
+        (:meth:`invariants.topic_lifecycle.TopicLifecycle._fill_below`: what Spark skipped below its
+        first read of a recreated topic); None unless read up to ``hi`` and the name still points at
+        ``topic_id`` after the read (uncached, as a re-fetch checks). A part would leave a gap the
+        checker would take for offsets without records, so it is all or nothing; what retention
+        deleted below the log start is not asked for."""
+        try:
+            if self.topics.fresh_id(name, max_age_s=0.0) != topic_id:
+                return None
+            got = self.filler.read(iso, name, partition, lo, hi)
+            if got.hi < hi or self.topics.fresh_id(name, max_age_s=0.0) != topic_id:
+                self.progress(f"{name}[{partition}] {lo}-{hi} ({iso.value}), below Spark's first read of the "
+                              f"recreated topic, could not be read whole: it expires unread")
+                return None
+        except Exception as exc:  # noqa: BLE001 - a broker away: what lies below expires unread, as before
+            self.progress(f"{name}[{partition}] {lo}-{hi} ({iso.value}), below Spark's first read of the recreated "
+                          f"topic, not read: {type(exc).__name__}: {exc}")
+            return None
+        self.progress(f"{name}[{partition}] {got.lo}-{hi} ({iso.value}): Spark resumed the recreated topic above "
+                      f"its log start; read directly ({len(got.reads)} records)")
+        return got.reads
 
     def wake_refetches(self) -> None:
         """A batch or a prober round may have left ranges to read again: read them now (in the

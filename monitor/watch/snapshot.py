@@ -46,6 +46,7 @@ def build_snapshot(st: WatchState, view: ProbeView, *, unseen_after_s: float, la
         unconfirmed_missing=dict(ck.unconfirmed.missing),
         writers=sorted((w.name, w.acks, w.idempotence, w.transactional) for w in ck.writer_info.values()),
         refetches=st.refetches, old_log_reads=dict(ck.old_log_reads),
+        filled_reads=dict(ck.filled_reads), fill_left_out=dict(ck.fill_left_out),
         list_offsets_failures=view.list_offsets_failures,
         topics=topic_states(ck, view.topic_id), clock_skew=dict(view.clock_skew),
         save_failures=dict(save_failures or {}), ledger_reachable=int(view.ledger_reachable),

@@ -3,6 +3,7 @@ writers create it again), and retired on purpose then deleted — one run, live 
 
 from __future__ import annotations
 
+import signal
 import time
 
 from confluent_kafka.admin import NewPartitions
@@ -10,8 +11,8 @@ from confluent_kafka.admin import NewPartitions
 from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
-    Background, audit_counts, final_counts, metrics_up, nonzero, sample, scrape, violations, wait_for,
-    watch_config, writers_writing,
+    Background, audit_counts, final_counts, high_watermark, metrics_up, nonzero, sample, scrape, signal_spark,
+    violations, wait_for, watch_config, writers_writing,
 )
 
 ISOS = ("read_committed", "read_uncommitted")
@@ -27,9 +28,12 @@ def checked(port: int) -> float:
     return sum(sample(port, "vigil_records_checked_total", isolation=iso) or 0 for iso in ISOS)
 
 
-def delete_and_wait_for_the_writers(cfg, port: int, client) -> str:
+def delete_and_wait_for_the_writers(cfg, port: int, client, spark_paused: Background | None = None) -> str:
     """Deletes the canary topic; returns the new ID once the writers created it again and the
-    checker reads writes from it (within a minute)."""
+    checker reads writes from it (within a minute). ``spark_paused``: the run whose Spark JVM was
+    stopped (SIGSTOP) before the deletion, continued once the writers wrote to every partition of
+    the new topic: Spark planned no batch while the topic was gone, so it resumes above the new
+    log's start (its old positions past the new end: that range skipped)."""
     old = describe_topic(client, cfg.canary.name).topic_id
     client.delete_topics([cfg.canary.name], operation_timeout=30)[cfg.canary.name].result()
     deleted = time.monotonic()
@@ -39,6 +43,11 @@ def delete_and_wait_for_the_writers(cfg, port: int, client) -> str:
         return info.topic_id if info is not None and info.topic_id != old else None
 
     tid = wait_for(new_id, 60, "the writers to create the topic again")
+    if spark_paused is not None:
+        info = describe_topic(client, cfg.canary.name)
+        wait_for(lambda: all(high_watermark(cfg, p) > 0 for p in info.leaders), 30,
+                 "writes in every partition of the new topic")
+        assert signal_spark(spark_paused, signal.SIGCONT) == 1
     wait_for(lambda: topic_states(port).get(tid) == "current" and topic_states(port).get(old) in ("vanished", "retired"),
              60 - (time.monotonic() - deleted), "the checker to see the new ID", show=lambda: topic_states(port))
     before = checked(port)
@@ -70,9 +79,15 @@ def test_partitions_added_topic_deleted_then_retired_and_deleted_under_running_w
                              for iso in ISOS), 60, "both readers to read partition 2")
         assert nonzero(violations(port)) == {}
 
-        # (b) deleted under the writers: the old ID's acked writes are lost, cause topic_vanished
+        # (b) deleted under the writers: the old ID's acked writes are lost, cause topic_vanished. Spark
+        # is paused across it, so it plans no batch while the topic is gone and resumes the new one
+        # above its start (the range up to the new end skipped): what it skipped is read directly
+        # (TopicLifecycle._fill_below), nothing expires below its first read. (Running, Spark mostly
+        # plans one while the topic is gone, and then reads the new topic from its start; a CI run
+        # of 2026-11-28 did not, and 3,213 acknowledged writes expired below_first_read.)
         first = describe_topic(client, cfg.canary.name).topic_id
-        second = delete_and_wait_for_the_writers(cfg, port, client)
+        assert signal_spark(run, signal.SIGSTOP) == 1
+        second = delete_and_wait_for_the_writers(cfg, port, client, spark_paused=run)
         wait_for(lambda: all(violations(port)[("lost_write", iso)] > 0 for iso in ISOS), 60,
                  "the old ID's writes judged lost")
         time.sleep(10)
@@ -81,6 +96,16 @@ def test_partitions_added_topic_deleted_then_retired_and_deleted_under_running_w
                   if name == "vigil_lost_writes_total" and v > 0}
         assert causes == {"topic_vanished"}
         assert topic_states(port)[first] == "vanished"
+        filled = {iso: sample(port, "vigil_filled_reads_total", isolation=iso) for iso in ISOS}
+        left_out = {iso: sample(port, "vigil_fill_left_out_total", isolation=iso) for iso in ISOS}
+        below = sample(port, "vigil_expired_unread_total", reason="below_first_read")
+        print(f"read directly below Spark's first read of the new topic: {filled}, left out {left_out}; "
+              f"expired below the first read {below}")
+        # every reader's was read, and applied after its last record not meant for the new ID (a
+        # straggler at the new log's head, a transaction of the old topic aborted there); where
+        # none was left out, nothing expired below the first read
+        assert all(filled[iso] or left_out[iso] for iso in ISOS), (filled, left_out)
+        assert any(left_out.values()) or not below, (filled, left_out, below)
 
         # (c) retired first, then deleted: nothing more is lost, the writes end as retired
         retired = vigil_json(path, "retire", "--reason", "integration test")
@@ -93,6 +118,7 @@ def test_partitions_added_topic_deleted_then_retired_and_deleted_under_running_w
         live = violations(port)
         assert {iso: live[("lost_write", iso)] for iso in ISOS} == lost
     finally:
+        signal_spark(run, signal.SIGCONT)
         assert run.stop() == 0, run.tail()
     live = final_counts(run)  # after stop: the checker drained
     assert {iso: live[("lost_write", iso)] for iso in ISOS} == lost  # nothing more was lost since

@@ -14,10 +14,10 @@ import signal
 import time
 
 from monitor.chaos.verdict import vanished_beyond_audit
-from monitor.clients import admin, describe_topic, watermarks
+from monitor.clients import admin, describe_topic
 from tests.integration.helpers import vigil_json
 from tests.integration.watch_helpers import (
-    G0, HISTORY, Background, audit_counts, final_counts, metrics_up, nonzero, sample, scrape,
+    G0, HISTORY, Background, audit_counts, final_counts, high_watermark, metrics_up, nonzero, sample, scrape,
     signal_eos_worker, signal_group_members, violations, wait_for, watch_config, writers_writing,
 )
 
@@ -233,12 +233,3 @@ def catch_up(cluster_ready, tmp_path, name: str, port: int, lead_s: float,
 def group_rebalances(port: int) -> float:
     return sum(v for (name, _labels), v in scrape(port).items() if name == "vigil_group_rebalances_total")
 
-
-def high_watermark(cfg, p: int) -> int:
-    from monitor import clients
-
-    c = clients.consumer(cfg, "read_uncommitted", group="vigil-test-watermarks")
-    try:
-        return watermarks(c, cfg.canary.name, p)[1]
-    finally:
-        c.close()

@@ -20,7 +20,8 @@ import yaml
 from invariants.catalog import Invariant, Isolation
 from invariants.ledger_format import TxnOutcome, WriteOutcome
 from invariants.model import TxnKey
-from monitor import child_run
+from monitor import child_run, clients
+from monitor.clients import watermarks
 from monitor.audit.book import LedgerBook
 from monitor.child_run import scrape  # noqa: F401 - the tests import it from here
 from monitor.config import Config, parse
@@ -161,27 +162,43 @@ def mapped_class_archives(pid: int) -> set[str]:
     return found
 
 
-def signal_group_members(run: "Background", sig: int) -> int:
-    """Send ``sig`` to the group canary's members a background ``vigil run`` started; how many."""
+def signal_children(run: "Background", sig: int, picked: Callable[[list[str]], bool]) -> int:
+    """Send ``sig`` to the processes below a background ``vigil`` whose command line ``picked``
+    picks; how many."""
     sent = 0
     for child in psutil.Process(run.proc.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "monitor.group.member" in child.cmdline():
+            if picked(child.cmdline()):
                 child.send_signal(sig)
                 sent += 1
     return sent
+
+
+def signal_group_members(run: "Background", sig: int) -> int:
+    """Send ``sig`` to the group canary's members a background ``vigil run`` started; how many."""
+    return signal_children(run, sig, lambda cmd: "monitor.group.member" in cmd)
+
+
+def high_watermark(cfg: Config, p: int) -> int:
+    """The canary topic's partition ``p``'s high watermark now."""
+    c = clients.consumer(cfg, "read_uncommitted", group="vigil-test-watermarks")
+    try:
+        return watermarks(c, cfg.canary.name, p)[1]
+    finally:
+        c.close()
+
+
+def signal_spark(run: "Background", sig: int) -> int:
+    """Send ``sig`` to the Spark driver JVM (local mode: the executors too) of a background ``vigil
+    run`` or ``vigil watch``; how many processes."""
+    return signal_children(run, sig, lambda cmd: "org.apache.spark.deploy.SparkSubmit" in cmd)
 
 
 def signal_eos_worker(run: "Background", sig: int) -> int:
     """Send ``sig`` to the EOS pipeline's worker a background ``vigil run`` started (the Java one or
     its librdkafka twin); how many processes."""
-    sent = 0
-    for child in psutil.Process(run.proc.pid).children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if any("EosWorker" in arg or "monitor.eos.rdkafka_worker" in arg for arg in child.cmdline()):
-                child.send_signal(sig)
-                sent += 1
-    return sent
+    return signal_children(run, sig, lambda cmd: any("EosWorker" in arg or "monitor.eos.rdkafka_worker" in arg
+                                                     for arg in cmd))
 
 
 def violations(port: int) -> dict[tuple[str, str], int]:

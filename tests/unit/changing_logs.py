@@ -130,6 +130,10 @@ class Sim:
     # reads handed over as the executors send them, plain stretches as runs (None: for half the
     # seeds, decided without drawing from the simulation's random numbers)
     runs: bool | None = None
+    # the watch reads directly what Spark skipped below its first read of a recreated topic
+    # (TopicLifecycle._fill_below), served like a re-fetch (the old log too, while old_log_reads last)
+    fill: bool = False
+    filled: int = 0
 
     def __post_init__(self) -> None:
         if self.runs is None:
@@ -169,9 +173,29 @@ class Sim:
         if batch:
             self._observe(iso, p, reads)
             batch = in_runs(batch) if self.runs else batch
-            if not self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe):
+            fill = self._fill if self.fill else None
+            if not self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe, fill):
                 self.checker.note_topic(TOPIC, self.describe(TOPIC))  # a name it knows nothing of
-                assert self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe)
+                assert self.checker.apply_named_reads(iso, TOPIC, p, batch, self.describe, fill)
+
+    def _fill(self, iso: Isolation, _name: str, tid: str, p: int, lo: int, hi: int) -> list[Read] | None:
+        """The watch's direct read of ``[lo, hi)`` below a reader's first read (None: the name
+        points at another ID now)."""
+        if tid != self.tid:
+            return None
+        log = self.logs[p]
+        lo, hi = max(lo, self.log_start[p]), min(hi, len(log))
+        reads = [Read(o, log[o].ident) for o in range(lo, hi) if log[o] is not None]
+        if lo < hi and self._serve_old(p, lo, hi):  # the old log up to some offset, the new one after it
+            self.old_log_reads -= 1
+            self.served_old += 1
+            old = self.old_logs[p]
+            cut = min(self.rng.randint(lo + 1, hi), len(old))
+            return [Read(o, old[o].ident) for o in range(lo, cut) if old[o] is not None] + \
+                [r for r in reads if r.offset >= cut]
+        self._observe(iso, p, reads)
+        self.filled += 1
+        return reads
 
     def _prefetched(self, iso: Isolation, p: int, at: int, end: int, reads: list[Read]) -> list[Read]:
         """Spark's fetched data: a batch starting where the last one ended is served first from what

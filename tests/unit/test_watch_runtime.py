@@ -283,6 +283,43 @@ def test_a_re_read_during_which_the_topic_was_deleted_and_created_again_is_dropp
     assert applied == [0, 0, 1, 1]
 
 
+def test_a_direct_read_below_sparks_first_read_is_all_or_nothing_and_of_the_id_asked_for(runtime, monkeypatch):
+    """The read below Spark's first read of a recreated topic (TopicLifecycle._fill_below): the
+    records when read up to the first read and the name still points at the ID after the read
+    (uncached); None when the read stopped short (a gap the checker would take for offsets without
+    records), the name moved on before or after it, or the read failed."""
+    from invariants.model import RC, Read
+    from monitor.watch.refetch import RangeRead
+
+    rt = runtime()
+    ids = {"now": TID}
+    looked: list = []
+
+    def fresh_id(name, max_age_s=None):
+        looked.append(max_age_s)
+        return ids["now"]
+
+    answer = {"range": lambda lo, hi: RangeRead([Read(lo, ("x", 1, 1))], lo, hi)}
+    monkeypatch.setattr(rt.topics, "fresh_id", fresh_id)
+    monkeypatch.setattr(rt.filler, "read", lambda iso, name, p, lo, hi: answer["range"](lo, hi))
+    assert rt._fill(RC, "c", TID, 0, 0, 5) == [Read(0, ("x", 1, 1))]
+    assert looked == [0.0, 0.0]  # before and after the read, never from the cache
+    answer["range"] = lambda lo, hi: RangeRead([Read(2, ("x", 1, 1))], 2, hi)  # retention took 0 and 1
+    assert rt._fill(RC, "c", TID, 0, 0, 5) == [Read(2, ("x", 1, 1))]
+    answer["range"] = lambda lo, hi: RangeRead([Read(lo, ("x", 1, 1))], lo, hi - 1)  # stopped short
+    assert rt._fill(RC, "c", TID, 0, 0, 5) is None
+    answer["range"] = lambda lo, hi: (ids.update(now="new-id"), RangeRead([], lo, hi))[1]  # recreated meanwhile
+    assert rt._fill(RC, "c", TID, 0, 0, 5) is None
+    assert rt._fill(RC, "c", TID, 0, 0, 5) is None  # (and the name no longer points at it)
+
+    def fails(lo, hi):
+        raise RuntimeError("leader away")
+
+    ids["now"] = TID
+    answer["range"] = fails
+    assert rt._fill(RC, "c", TID, 0, 0, 5) is None
+
+
 def test_ranges_of_a_partition_whose_re_read_failed_let_the_others_go_first(runtime, monkeypatch):
     """More ranges of an unreadable partition than a round takes, sorted first: it is tried once
     per round and then left alone for a while, so the others' verdicts are not starved."""

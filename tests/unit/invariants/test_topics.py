@@ -12,6 +12,7 @@ from invariants.ledger_format import (
 )
 from invariants.model import RC, RU, Read
 from monitor.audit.oracle import audit
+from tests.unit.histories import answer_refetches
 from tests.unit.invariants.tiny import SETTINGS
 
 W = WriterRef("w", 77, 1)
@@ -351,3 +352,126 @@ def test_records_above_the_folded_intents_are_applied_while_the_name_has_no_newe
     assert ck.apply_named_reads(RC, "c", 0, reads(written) + reads(more))
     assert all(ck.view(RC, "A", 0).ident_at(o) == ident for o, ident in written + more)
     assert not ck.old_log_reads.get(RC)
+
+
+# -- a recreated topic that Spark resumes above its log start ------------------------------------
+
+
+def resumed_above_the_start(fill):
+    """A is read; recreated as B, the writer's writes acked at 0..5 of B; Spark, which planned no
+    batch while the topic was gone, resumes B at offset 3 (the range up to B's end skipped): its
+    first read there. ``fill`` answers the direct read of what lies below. Returns the checker
+    after the run's end (everything settled) and what it was asked to read."""
+    led, written = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.note_topic("c", "A")
+    ck.apply_ledger(led.entries)
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(written))
+    ck.settle()
+    n = len(led.entries)
+    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
+    on_b = led.acked("B", [0, 1, 2, 3, 4, 5])
+    ck.begin_batch()
+    ck.note_topic("c", "B")
+    ck.apply_ledger(led.entries[n:])
+    asked = []
+
+    def answer(iso, name, tid, p, lo, hi):
+        asked.append((iso, name, tid, p, lo, hi))
+        return fill(on_b, lo, hi)
+
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(on_b[3:]), fill=answer)
+        assert ck.apply_named_reads(iso, "c", 0, reads([(o, ("x", 9, o)) for o in range(6, 6 + SETTINGS.settle_offsets)]),
+                                    fill=answer)  # (Spark reads on: the verdicts below settle)
+    ck.begin_batch()
+    ck.settle()
+    return ck, asked, led, on_b
+
+
+def test_what_spark_skipped_below_its_first_read_of_a_recreated_topic_is_read_directly_and_checked():
+    ck, asked, led, on_b = resumed_above_the_start(lambda on_b, lo, hi: reads(on_b[lo:hi]))
+    assert asked == [(RC, "c", "B", 0, 0, 3), (RU, "c", "B", 0, 0, 3)]  # once per reader, nothing more
+    assert ck.filled_reads == {RC: 3, RU: 3} and ck.fill_left_out == {}
+    assert "below_first_read" not in ck.expired_by_reason
+    assert counts(ck) == {("lost_write", "read_committed"): 4, ("lost_write", "read_uncommitted"): 4}  # A's, vanished
+    assert ck.acked.undecided() == 0
+    # the audit, which reads B from its start, agrees
+    tail = [(o, ("x", 9, o), 0) for o in range(6, 6 + SETTINGS.settle_offsets)]
+    final = {iso: {("B", 0): [(o, ident, 0) for o, ident in on_b] + tail} for iso in (RC, RU)}
+    res = audit(led.entries, final, SETTINGS.settle_offsets, watched=["c"], topic_ids_now={"c": "B"})
+    assert {(i.value, s.value): n for (i, s), n in res.nonzero().items()} == counts(ck)
+    assert dict(res.expired) == ck.expired_by_reason
+    # and a record missing below the first read is a loss, as anywhere else (once read again, as any gap)
+    gone = [(o, ident) for o, ident in on_b if o != 1]
+    ck, _asked, _led, _on_b = resumed_above_the_start(lambda on_b, lo, hi: reads(gone[lo:hi - 1]))
+    assert ck.filled_reads == {RC: 2, RU: 2}
+    answer_refetches(ck, lambda _iso, _p: reads(gone))
+    assert counts(ck) == {("lost_write", "read_committed"): 5, ("lost_write", "read_uncommitted"): 5}
+
+
+@pytest.mark.parametrize("answer", ["none", "old_log", "straggler"])
+def test_a_direct_read_below_the_first_read_is_applied_only_after_its_last_record_of_another_id(answer):
+    """None: not read whole (a broker away), or the name moved on: nothing applied. The old log
+    served under the name (A's records at 0..2): nothing applied. A straggler of A at the new log's
+    head, B's records after it: those are applied. What is not applied expires unread below the
+    first read, as it did before reads were filled in."""
+    _led, written = vanishing_story()
+    answers = {"none": lambda on_b, lo, hi: None,
+               "old_log": lambda on_b, lo, hi: reads(written[lo:hi]),
+               "straggler": lambda on_b, lo, hi: reads(written[:1] + on_b[1:hi])}
+    ck, asked, _led, _on_b = resumed_above_the_start(answers[answer])
+    assert len(asked) == 2
+    left_out, applied = {"none": (0, 0), "old_log": (3, 0), "straggler": (1, 2)}[answer]
+    assert ck.fill_left_out == ({RC: left_out, RU: left_out} if left_out else {})
+    assert ck.filled_reads == ({RC: applied, RU: applied} if applied else {})
+    assert ck.expired_by_reason.get("below_first_read") == 2 * (3 - applied)  # per reader
+    assert counts(ck) == {("lost_write", "read_committed"): 4, ("lost_write", "read_uncommitted"): 4}
+    assert ck.acked.undecided() == 0
+
+
+def test_the_first_id_a_checker_knows_of_a_name_is_never_filled_below_its_first_read():
+    """A reader started at the log's end (startingOffsets latest), or a checker started late: where
+    it was told to start is where it starts."""
+    led, written = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.note_topic("c", "A")
+    ck.apply_ledger(led.entries)
+    asked = []
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(written[3:]), fill=lambda *a: asked.append(a))
+    assert asked == []
+
+
+def test_a_batch_planned_before_a_recreation_that_reads_the_new_log_at_the_old_positions_looks_the_name_up():
+    """Found on the local cluster, Spark paused across a recreation: a batch planned on A before it,
+    run after it, fetched the new log at A's positions (the new log already longer). Its ledger rows
+    end before the new log's intents, so its records are beyond every intent folded and the stream
+    stays on A; the prober had not seen B yet, so nothing said A was left. Applied to A: 56 false
+    inconsistent_offset per reader. Records beyond the intents on the name's newest known ID make the
+    checker look the name up itself: B, and they are left out (the new log is read there for B)."""
+    led, written = vanishing_story()
+    ck = Checker(SETTINGS, ["c"])
+    ck.note_topic("c", "A")
+    ck.apply_ledger(led.entries)
+    assert ck.apply_named_reads(RU, "c", 0, reads(written))
+    assert ck.apply_named_reads(RC, "c", 0, reads(written[:4]))  # read_committed lagged at 4
+    ck.settle()
+    looked = []
+
+    def fresh_id(name):
+        looked.append(name)
+        return "B"
+
+    new_log = [(4, (77, 1, 50)), (5, (77, 1, 51))]  # B's records at A's offsets: seqs beyond A's intents
+    assert ck.apply_named_reads(RC, "c", 0, reads(new_log), fresh_id)
+    assert looked == ["c"] and ck.current_ids["c"] == "B"
+    assert ck.old_log_reads == {RC: 2}
+    assert [v.invariant.value for v in ck.settle()] == []
+    # records within the intents look nothing up
+    ck2 = Checker(SETTINGS, ["c"])
+    ck2.note_topic("c", "A")
+    ck2.apply_ledger(led.entries)
+    assert ck2.apply_named_reads(RC, "c", 0, reads(written), fresh_id)
+    assert looked == ["c"]
