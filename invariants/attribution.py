@@ -51,7 +51,7 @@ class Stream:
     last_offset: int
 
 
-def _lowest_and_highest_seqs(reads: Sequence[Read | ReadRun]) -> list[Read]:
+def lowest_and_highest_seqs(reads: Sequence[Read | ReadRun]) -> list[Read]:
     """Per writer incarnation, the canary reads of its lowest and highest seq: a writer's seqs
     only grow, and so do the IDs they were intended for, so these two name the oldest and the
     newest ID any of its reads names."""
@@ -127,7 +127,7 @@ class TopicAttribution:
             return None
         key = (iso, name, partition)
         content = oldest = None
-        for r in _lowest_and_highest_seqs(reads):
+        for r in lowest_and_highest_seqs(reads):
             tid = topic_of(r)
             if tid is not None:
                 self.note(name, tid)

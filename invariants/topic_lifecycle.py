@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from invariants.attribution import lowest_and_highest_seqs
 from invariants.model import Isolation, Read, ReadRun, ViewKey, is_canary, one_by_one
 
 
@@ -16,12 +17,6 @@ Fill = Callable[[Isolation, str, str, int, int, int], "list[Read] | None"]
 # Re-fetches refused in a row (per reader and partition) before one is applied as it is: the
 # prober re-fetches every round (2-4 s), a broker serves a deleted topic's log for seconds at most.
 REFETCH_PATIENCE = 5
-
-
-def last_of_runs(reads: Sequence[Read | ReadRun]) -> list[Read]:
-    """Single reads as they are, and each run's last record (its highest seq)."""
-    return [Read(r.last_offset, (r.writer_id, r.inc, r.seq + r.count - 1)) if isinstance(r, ReadRun) else r
-            for r in reads]
 
 
 class TopicLifecycle:
@@ -139,9 +134,11 @@ class TopicLifecycle:
         if oldest is not None and self.topics.older(name, oldest, tid):
             reads = one_by_one(reads)
             reads = self._kept(iso, reads, self._without_the_old_log(name, tid, partition, reads))
-        if self.topics.newest(name) == tid and any(self._beyond_intents(partition, r) for r in last_of_runs(reads)):
+        if self.topics.newest(name) == tid and any(self._beyond_intents(partition, r)
+                                                   for r in lowest_and_highest_seqs(reads)):
             # a batch planned before a recreation and run after it fetches the new log at the old
-            # positions; its ledger rows end before the new log's intents. The name's ID now, not
+            # positions; its ledger rows end before the new log's intents (a writer's highest seq
+            # read is beyond them if any is). The name's ID now, not
             # the prober's, which may not have seen the new one yet: found on the local cluster, Spark
             # paused across a recreation, 56 false inconsistent_offset per reader on the old ID
             fresh(name)

@@ -257,6 +257,17 @@ def test_a_refetch_that_read_the_old_log_under_the_name_is_refused():
     assert n
 
 
+def read_then_recreated(ck: Checker, led: Ledger, written, b_offsets: list[int]):
+    """Both readers read all of A (``written``); then A is recreated as B, the writer's writes acked
+    at ``b_offsets`` of B: B's writes, and the ledger entries since, which the checker has not had."""
+    for iso in (RC, RU):
+        assert ck.apply_named_reads(iso, "c", 0, reads(written))
+    ck.settle()
+    n = len(led.entries)
+    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
+    return led.acked("B", b_offsets), led.entries[n:]
+
+
 @pytest.mark.parametrize("next_batch", [7, 12])
 @pytest.mark.parametrize("one_batch", [False, True])
 def test_a_batch_of_the_old_log_fetched_under_the_name_after_a_recreation_is_not_applied(next_batch, one_batch):
@@ -270,13 +281,8 @@ def test_a_batch_of_the_old_log_fetched_under_the_name_after_a_recreation_is_not
     led, written = vanishing_story()
     ck = Checker(SETTINGS, ["c"])
     ck.apply_ledger(led.entries)
-    for iso in (RC, RU):
-        assert ck.apply_named_reads(iso, "c", 0, reads(written))
-    ck.settle()
-    n = len(led.entries)
-    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
-    on_b = led.acked("B", list(range(12)))
-    ck.apply_ledger(led.entries[n:])
+    on_b, later = read_then_recreated(ck, led, written, list(range(12)))
+    ck.apply_ledger(later)
     ck.begin_batch()
     ck.settle()
     for iso in (RC, RU):
@@ -366,15 +372,10 @@ def resumed_above_the_start(fill):
     ck = Checker(SETTINGS, ["c"])
     ck.note_topic("c", "A")
     ck.apply_ledger(led.entries)
-    for iso in (RC, RU):
-        assert ck.apply_named_reads(iso, "c", 0, reads(written))
-    ck.settle()
-    n = len(led.entries)
-    led.add(Start("c", "B", 1, WriterSettings("w"), replaces="A"))
-    on_b = led.acked("B", [0, 1, 2, 3, 4, 5])
+    on_b, later = read_then_recreated(ck, led, written, [0, 1, 2, 3, 4, 5])
     ck.begin_batch()
     ck.note_topic("c", "B")
-    ck.apply_ledger(led.entries[n:])
+    ck.apply_ledger(later)
     asked = []
 
     def answer(iso, name, tid, p, lo, hi):
