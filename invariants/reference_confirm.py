@@ -28,8 +28,9 @@ while the writers' acknowledgements going backwards (which show the offsets reus
 :meth:`invariants.groups.GroupJudge.rewritten`) were still on their way; live counted 7 skips in
 2 of 6 runs that the audit, with the whole ledger, did not. A skip whose offset a rewrite turns
 out to have reused is dropped while it waits, like one still to be read again. The wait (a few
-seconds of the ledger's clock past the record's outcome, at most 30 s) starts only once the ledger
-has folded the skipped record's own intent: a from-scratch catch-up reads a rewritten log's new
+seconds of the ledger's clock past the record's outcome, at most 30 s or the writer's message
+timeout and a few seconds, whichever is longer) starts only once the ledger has folded the skipped
+record's own intent: a from-scratch catch-up reads a rewritten log's new
 records long before the ledger reaches their time, and a wait counted from when the skip was found
 ran out first (18–31 false skips per catch-up of the wiped-partition history). Waiting skips are
 saved with the others; restored, they start waiting again.
@@ -62,7 +63,8 @@ class FindingsToConfirm(Generic[F]):
     def __init__(self, kind: Callable[..., F], invariant: str, pending: Pending | None = None) -> None:
         self.kind, self.invariant = kind, invariant
         self.pending = pending or Pending()
-        self.waiting: list[tuple[Candidate, int]] = []  # read again, waiting since (the caller's clock)
+        # read again, waiting since (the caller's clock; None: the wait has not started, ``not_yet``)
+        self.waiting: list[tuple[Candidate, int | None]] = []
 
     def hold(self, found: list[F], topic_id: str, view: Callable[[ViewKey], PartitionView]) -> list[F]:
         """Those of ``found`` of this invariant wait for a later read of their offset than the one
@@ -86,19 +88,29 @@ class FindingsToConfirm(Generic[F]):
                   wait: Callable[[ViewKey, Ident, int], bool] | None = None, now: int = 0,
                   not_yet: Callable[[ViewKey, Ident], bool] | None = None) -> list[tuple[str, F]]:
         """The findings whose offset was read again, that still hold a record there, with the topic
-        ID they are about — once ``wait(key, record, since)`` is False (``since``: ``now`` when it
-        was first asked, or last asked while ``not_yet(key, record)`` was True: the wait starts
-        only after that); until then they wait, and are asked again at the next call."""
+        ID they are about — once ``wait(key, record, since)`` is False (``since``: ``now`` at the
+        first call that asked ``wait``, the first at which ``not_yet(key, record)`` was False: the
+        wait starts there); until then they wait, and are asked again at the next call.
+
+        Not the last ``now`` at which ``not_yet`` was True: a catch-up's ledger clock may jump tens
+        of seconds between two calls (a held ledger released as the readers move on), and a wait
+        counted from before the jump ran out on the first call after it. Found on the local cluster
+        (CI of 2026-11-29): the intent folded at 510.1 s, the skip last asked while unread at
+        492.8 s, the wait's end at 522.8 s came before the writer's acknowledgements going
+        backwards (540.2 s: its writes queued to the wiped node timed out first) — 7 false
+        ``group_skip`` in the held catch-up of the wiped-partition history."""
         found: list[tuple[str, F]] = []
-        ready = [(c, now) for c in self.pending.take_ready()] + self.waiting
+        ready: list[tuple[Candidate, int | None]] = [(c, None) for c in self.pending.take_ready()] + self.waiting
         self.waiting = []
         for c, since in ready:
             held = view(c.key).held(c.data.offset)
             if held is None:
                 continue
             if not_yet is not None and not_yet(c.key, held):
-                self.waiting.append((c, now))
-            elif wait is not None and wait(c.key, held, since):
+                self.waiting.append((c, None))
+                continue
+            since = now if since is None else since
+            if wait is not None and wait(c.key, held, since):
                 self.waiting.append((c, since))
             else:
                 found.append((c.key.topic_id, c.data))

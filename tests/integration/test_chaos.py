@@ -87,7 +87,11 @@ def test_s4_with_an_acks_all_writer_loses_only_what_acks1_allows_and_live_equals
     (measured: 2,978 of 23,626 acked writes in one run, none in another, depending on when the
     writers learn of the new leader) is at_risk; the acks=all writer, guaranteed, loses nothing;
     live == audit; a read_uncommitted stall, if any, had records available below the high watermark
-    it was listed against (about 1.5 min)."""
+    it was listed against (about 1.5 min). The acks=1 writer is not idempotent either, so a batch it
+    retried may land after later ones, a reorder its settings allow (at_risk, "not idempotent"):
+    in the CI run of 2026-11-29, its seqs 986-1130 on partition 0 (built 0.14 s before seq 4023,
+    all in epoch 1 of the partition, whose leader had moved) stand after seq 4023 in the final log:
+    145 in both readers and in the audit."""
     out = vigil(cluster_ready["config_path"], "chaos", "run", "--scenario", str(SCENARIOS / "s4_with_acks_all.yaml"),
                 "--report", str(tmp_path), *SHORT_PHASES, "--json", "--metrics-port", "29481", timeout=600)
     (result,) = json.loads(out.stdout.strip().splitlines()[-1])
@@ -96,7 +100,8 @@ def test_s4_with_an_acks_all_writer_loses_only_what_acks1_allows_and_live_equals
     # history invariants: only losses the configuration allowed; liveness (a cut-off leader may stall
     # its readers, as S5's row says) is a signal, not a promise
     live = {k: n for k, n in result["live"]["violations"].items() if k.split("/")[0] in HISTORY}
-    assert set(live) <= {"lost_write/read_committed/at_risk", "lost_write/read_uncommitted/at_risk"}, live
+    allowed = {f"{inv}/{iso}/at_risk" for inv in ("lost_write", "reorder") for iso in ("read_committed", "read_uncommitted")}
+    assert set(live) <= allowed, live
     lost_by_writer = {row["writer"] for row in result["audit"]["lost_writes_by_writer"]}
     assert lost_by_writer <= {"acks1"}, result["audit"]["lost_writes_by_writer"]
     assert all(w["outcomes"]["acked"] > 3000 for w in result["writers"]), result["writers"]
@@ -104,11 +109,15 @@ def test_s4_with_an_acks_all_writer_loses_only_what_acks1_allows_and_live_equals
     run_dir = tmp_path / "S4-with-acks-all"
     for line in (run_dir / "state" / "evidence.jsonl").read_text().splitlines():
         e = json.loads(line)
+        if e["invariant"] in HISTORY:  # each one the acks=1 writer's, and allowed by its settings only
+            assert (e["writer"], e["durability"]) == ("acks1", "at_risk"), e
+            assert e["invariant"] != "reorder" or e["reason"] == "not idempotent", e
         if e["invariant"] == "stalled_poll" and e["isolation"] == "read_uncommitted":
             position, available = e["offsets"]
             assert available > position, e  # never against a frozen high watermark with nothing below it
     row = json.loads((run_dir / "result.json").read_text())["row"]
-    assert row["lost"] == max(live.values(), default=0) and row["promise"] == "kept" and row["acks"] == "1/all"
+    lost = [n for k, n in live.items() if k.startswith("lost_write/")]
+    assert row["lost"] == max(lost, default=0) and row["promise"] == "kept" and row["acks"] == "1/all"
     assert "| undo isolate" in (run_dir / "report.md").read_text()
 
 

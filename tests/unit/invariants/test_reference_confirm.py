@@ -5,6 +5,7 @@ on a record the reference reader handed over that the log no longer holds."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import random
 
 from hypothesis import given, settings
@@ -14,7 +15,7 @@ import pytest
 
 from invariants.checker import Checker
 from invariants.ledger_format import (
-    Intent, LedgerEntry, OutcomeRun, Outcomes, Stop, WriteOutcome, WriteRange, WriterRef,
+    Intent, LedgerEntry, OutcomeRun, Outcomes, Stop, WriteOutcome, WriteRange, WriterRef, WriterSettings,
 )
 from invariants.model import RC, Read, Settings
 from monitor.group import observations
@@ -225,15 +226,20 @@ def test_a_skip_on_a_foreign_record_or_a_stopped_writers_waits_for_the_ledger_to
     assert _skips(_ledger_read_to(ck, 6)) == [5]
 
 
-def test_a_skip_whose_records_outcome_never_comes_waits_at_most_the_longest_wait():
-    """The entry holding the outcome lost from the ledger (an outcome_gap), the writer carrying on."""
+@pytest.mark.parametrize("timeout_ms, longest_s", [(30_000, 35), (60_000, 65), (5_000, 30)])
+def test_a_skip_whose_records_outcome_never_comes_waits_at_most_the_longest_wait(timeout_ms, longest_s):
+    """The entry holding the outcome lost from the ledger (an outcome_gap), the writer carrying on:
+    the wait ends 30 s on, or the writer's message timeout and the grace (5 s) on if longer (an
+    outcome may come that late: Checker._ledger_behind)."""
     s = Story()
+    start = s.entries[0]
+    s.entries[0] = replace(start, body=replace(start.body, settings=WriterSettings(message_timeout_ms=timeout_ms)))
     s.entry(Intent(TID, (WriteRange(0, 0, 11),)))
     ck = _group_checker()
     ck.apply_ledger(s.entries)
-    found = _passed_offset_5(ck, {o: rec(o) for o in range(11)}) + _ledger_read_to(ck, 29)
+    found = _passed_offset_5(ck, {o: rec(o) for o in range(11)}) + _ledger_read_to(ck, longest_s - 1)
     assert _skips(found) == [] and len(ck.group_skips.waiting) == 1
-    assert _skips(_ledger_read_to(ck, 31)) == [5]
+    assert _skips(_ledger_read_to(ck, longest_s + 1)) == [5]
 
 
 def test_a_waiting_skip_the_view_is_about_to_forget_is_judged_on_what_it_holds():
