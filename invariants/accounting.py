@@ -220,7 +220,7 @@ class LedgerFold:
 
     def message_timeout_us(self, writer_id: int, inc: int) -> int:
         """How long after its intent a write of this incarnation may still get its outcome: its
-        ``message.timeout.ms`` as its ``start`` recorded it (0: not known)."""
+        ``message.timeout.ms`` as its ``start`` (or a checkpoint) recorded it (0: not known)."""
         w = self._incarnation(writer_id, inc)
         return 0 if w is None or w.settings is None else w.settings.message_timeout_ms * 1000
 

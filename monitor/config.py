@@ -222,6 +222,20 @@ class WriterConfig(_Model):
             raise ValueError("transactional requires idempotence")
         return self
 
+    @property
+    def effective_message_timeout_ms(self) -> int:
+        """``message.timeout.ms`` as the producer runs with it: ``client_overrides`` are applied
+        last, so one there (or its alias ``delivery.timeout.ms``, the later of the two) wins. The
+        writer's ``start`` records this one: the checker waits that long for an outcome."""
+        value = self.message_timeout_ms
+        for key, v in self.client_overrides.items():
+            if key in ("message.timeout.ms", "delivery.timeout.ms"):
+                try:
+                    value = int(v)
+                except (TypeError, ValueError):
+                    pass  # (the client refuses it, naming the key)
+        return value
+
     def with_overrides(self, **overrides: Any) -> "WriterConfig":
         """This writer with some settings replaced (``None`` = keep). ``abort_ratio`` and
         ``txn_size`` set the transaction's; asking for acks other than ``all`` without saying

@@ -256,7 +256,8 @@ class CanaryWriter(TopicFollowing, AckChecking):
 
     def settings(self) -> WriterSettings:
         cfg = self.cfg
-        return WriterSettings(cfg.name, "canary", cfg.acks, cfg.idempotence, cfg.transactional, cfg.message_timeout_ms)
+        return WriterSettings(cfg.name, "canary", cfg.acks, cfg.idempotence, cfg.transactional,
+                              cfg.effective_message_timeout_ms)
 
     def topic_settings(self) -> TopicSettings | None:
         return None if self.observer is None else self.observer.latest.settings

@@ -100,7 +100,9 @@ def test_s4_with_an_acks_all_writer_loses_only_what_acks1_allows_and_live_equals
     # history invariants: only losses the configuration allowed; liveness (a cut-off leader may stall
     # its readers, as S5's row says) is a signal, not a promise
     live = {k: n for k, n in result["live"]["violations"].items() if k.split("/")[0] in HISTORY}
-    allowed = {f"{inv}/{iso}/at_risk" for inv in ("lost_write", "reorder") for iso in ("read_committed", "read_uncommitted")}
+    # (a retry after a lost response may duplicate as well: monitor/client_config.py)
+    allowed = {f"{inv}/{iso}/at_risk" for inv in ("lost_write", "reorder", "duplicate")
+               for iso in ("read_committed", "read_uncommitted")}
     assert set(live) <= allowed, live
     lost_by_writer = {row["writer"] for row in result["audit"]["lost_writes_by_writer"]}
     assert lost_by_writer <= {"acks1"}, result["audit"]["lost_writes_by_writer"]
@@ -111,7 +113,7 @@ def test_s4_with_an_acks_all_writer_loses_only_what_acks1_allows_and_live_equals
         e = json.loads(line)
         if e["invariant"] in HISTORY:  # each one the acks=1 writer's, and allowed by its settings only
             assert (e["writer"], e["durability"]) == ("acks1", "at_risk"), e
-            assert e["invariant"] != "reorder" or e["reason"] == "not idempotent", e
+            assert e["invariant"] not in ("reorder", "duplicate") or e["reason"] == "not idempotent", e
         if e["invariant"] == "stalled_poll" and e["isolation"] == "read_uncommitted":
             position, available = e["offsets"]
             assert available > position, e  # never against a frozen high watermark with nothing below it

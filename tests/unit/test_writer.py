@@ -2,6 +2,7 @@ import collections
 import random
 import threading
 
+import pytest
 from confluent_kafka import KafkaError
 
 from invariants.ledger_format import Intent, TxnOutcome, WriteOutcome, decode
@@ -54,6 +55,18 @@ def test_round_robin_over_every_partition_and_seqs_only_grow():
     assert book.gaps() == {} and w.in_flight == 0
     kinds = [decode(v).kind for v in log[("ledger", 0)]]
     assert kinds[0] == "start" and kinds[-1] == "stop" and "intent" in kinds
+
+
+@pytest.mark.parametrize("overrides, recorded", [
+    ({}, 45000), ({"message.timeout.ms": 90000}, 90000), ({"delivery.timeout.ms": "120000"}, 120000),
+    ({"message.timeout.ms": 90000, "delivery.timeout.ms": 60000}, 60000)])
+def test_the_start_records_the_message_timeout_the_producer_runs_with(overrides, recorded):
+    """client_overrides are applied last (monitor/client_config.py): the checker waits for an
+    outcome as long as the producer may take to give one (Checker._ledger_behind)."""
+    w, log, _ = _setup(WriterConfig(name="w", rate=0, message_timeout_ms=45000, client_overrides=overrides))
+    w.run(threading.Event(), max_records=3)
+    (start,) = [e for e in map(decode, log[("ledger", 0)]) if e.kind == "start"]
+    assert start.body.settings.message_timeout_ms == recorded
 
 
 def test_intent_is_durable_before_the_records_are_sent():
