@@ -218,11 +218,11 @@ class LedgerFold:
             return False
         return seq >= self.intended_to.get((writer_id, inc, partition), 0)
 
-    def message_timeout_us(self, writer_id: int, inc: int) -> int:
-        """How long after its intent a write of this incarnation may still get its outcome: its
-        ``message.timeout.ms`` as its ``start`` (or a checkpoint) recorded it (0: not known)."""
+    def message_timeout_ms(self, writer_id: int, inc: int) -> int:
+        """This incarnation's ``message.timeout.ms`` as its ``start`` (or a checkpoint) recorded it
+        (0: not known)."""
         w = self._incarnation(writer_id, inc)
-        return 0 if w is None or w.settings is None else w.settings.message_timeout_ms * 1000
+        return 0 if w is None or w.settings is None else w.settings.message_timeout_ms
 
     def _incarnation(self, writer_id: int, inc: int) -> Any:
         return next((c for c in self.writers.values() if c.writer_id == writer_id and c.inc == inc), None)

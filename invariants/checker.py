@@ -49,6 +49,7 @@ from invariants.attribution import TopicAttribution
 from invariants.catalog import Invariant, Isolation
 from invariants.confirm import Pending, merge, subtract
 from invariants.ledger_format import LedgerEntry, TopicSettings, WriterSettings
+from invariants.liveness import producer_threshold
 from invariants.model import (
     NONE, RC, RU, Durability, Ident, Read, ReadRun, Settings, TxnKey, ViewKey, Violation, ViolationSink, WriteKey,
     is_canary, one_by_one, read_named, read_ranges,
@@ -392,16 +393,18 @@ class Checker(TopicLifecycle):
         may be another writer's. It waits until the ledger was read :data:`LEDGER_GRACE_US`
         further and the write of the record there has an outcome (a canary record's), at most
         :data:`LEDGER_WAIT_MAX_US` further (an outcome lost from the ledger, a writer gone without
-        a ``stop``) — or, for a canary record, the writer's message timeout and
-        :data:`LEDGER_GRACE_US` if that is longer: a write's outcome may come that long after its
-        intent, and an in-order writer reports those behind one that timed out later still (found
-        on the local cluster: a wiped node's queued writes timed out 30.1 s after their intents,
-        the next write's acknowledgement, going backwards, came 30.4 s after its own); without a
-        ledger read, or once every writer stopped, nothing more will come."""
+        a ``stop``) — or, for a canary record, longer if the writer's client may take longer to
+        report an outcome at all (its message timeout and a margin: the rule of
+        :func:`invariants.liveness.producer_threshold`), and an in-order writer reports the writes
+        behind one that timed out later still (found on the local cluster: a wiped node's queued
+        writes timed out 30.1 s after their intents, the next write's acknowledgement, going
+        backwards, came 30.4 s after its own); without a ledger read, or once every writer
+        stopped, nothing more will come."""
         clock = self.fold.clock_us
         longest = LEDGER_WAIT_MAX_US
         if is_canary(record):
-            longest = max(longest, self.fold.message_timeout_us(record[0], record[1]) + LEDGER_GRACE_US)
+            longest = round(producer_threshold(LEDGER_WAIT_MAX_US / 1e6,
+                                               self.fold.message_timeout_ms(record[0], record[1])) * 1e6)
         if not since_us or clock >= since_us + longest or not self.fold.writing():
             return False
         return clock < since_us + LEDGER_GRACE_US or (is_canary(record) and self.fold.outcome_open(

@@ -30,9 +30,9 @@ while the writers' acknowledgements going backwards (which show the offsets reus
 out to have reused is dropped while it waits, like one still to be read again. The wait (until
 the ledger's clock is a few seconds on and the write of the record there has an outcome; at most
 30 s on, or the writer's message timeout and a few seconds if that is longer) starts only once
-the ledger has folded the skipped record's own intent: a from-scratch catch-up reads a rewritten log's new
-records long before the ledger reaches their time, and a wait counted from when the skip was found
-ran out first (18–31 false skips per catch-up of the wiped-partition history). Waiting skips are
+the ledger has folded the skipped record's own intent: a from-scratch catch-up reads a rewritten
+log's new records long before the ledger reaches their time, and a wait counted from when the
+skip was found ran out first (18–31 false skips per catch-up of the wiped-partition history). Waiting skips are
 saved with the others; restored, they start waiting again. An ``eos_loss`` waits for the ledger
 the same way (without the intent's start: its record is the source topic's, read long before the
 pipeline's output is judged).

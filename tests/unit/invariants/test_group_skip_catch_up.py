@@ -49,27 +49,28 @@ S = 1_000_000  # µs per s
 OLD_OFFSETS = [0, 1, 2, 4, 5, 6, 8, 9, 10]
 
 
-def ledger() -> list[LedgerEntry]:
-    es: list[LedgerEntry] = []
+def ledger(ledger_goes_on_at_s=(20, 40, 60, 80, 100, 120, 140, 160, 180, 220, 240, 260, 280),
+           new_outcomes_after_us: int = 1) -> list[LedgerEntry]:
+    """The history above, entries in the writer's clock order. ``ledger_goes_on_at_s``: W's acks on
+    p1, which only move the ledger's clock; ``new_outcomes_after_us``: how long after its intent
+    each write of the new log of p0 gets its outcome."""
+    timed: list[tuple[int, object]] = [(S // 2, Start("canary", TID, 2))]
 
-    def add(ts_us, body):
-        es.append(LedgerEntry(W, len(es), ts_us, body))
+    def ack(p, seq, off, intent_us, outcome_us):
+        timed.append((intent_us, Intent(TID, (WriteRange(p, seq, 1),))))
+        timed.append((outcome_us, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, off, intent_us,
+                                                            outcome_us),))))
 
-    def ack(p, seq, off, ts_us):
-        add(ts_us, Intent(TID, (WriteRange(p, seq, 1),)))
-        add(ts_us + 1, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, off, ts_us, ts_us + 1),)))
-
-    add(S // 2, Start("canary", TID, 2))
     for seq, off in enumerate(OLD_OFFSETS):  # the old log of p0
-        ack(0, seq, off, (1 + seq) * S)
-    for i, t in enumerate(range(20, 200, 20)):  # p1: the ledger's clock goes on
-        ack(1, i, i, t * S)
+        ack(0, seq, off, (1 + seq) * S, (1 + seq) * S + 1)
+    for i, t in enumerate(ledger_goes_on_at_s):  # p1 (live, the ledger goes on after the rewrite too)
+        ack(1, i, i, round(t * S), round(t * S) + 1)
     for i in range(20):  # the new log of p0 from 0: W's seqs 9.. (acks going backwards)
-        ack(0, 9 + i, i, 200 * S + i * 1000)
-    for i, t in enumerate(range(220, 300, 20)):  # the ledger goes on after the rewrite (live: it does)
-        ack(1, 9 + i, 9 + i, t * S)
-    add(300 * S, Stop())  # the run stopped before the catch-ups (as the test's run.stop())
-    return es
+        intent_us = 200 * S + i * 1000
+        ack(0, 9 + i, i, intent_us, intent_us + new_outcomes_after_us)
+    timed.append((300 * S, Stop()))  # the run stopped before the catch-ups (as the test's run.stop())
+    timed.sort(key=lambda t: t[0])
+    return [LedgerEntry(W, n, ts, body) for n, (ts, body) in enumerate(timed)]
 
 
 OBS = [("a", "assigned", 1_000, {"p": [0], "c": {"0": -1}}),
@@ -147,29 +148,6 @@ def test_a_catch_up_of_a_rewritten_log_counts_the_group_skips_the_audit_counts(r
     assert catch_up([head, near, [e for e in es if e.time_us > 30 * S]], observed) == expected
 
 
-def slow_ledger() -> list[LedgerEntry]:
-    """As :func:`ledger`, but the writes of the new log get their outcome 30.3 s after their
-    intents (as on the local cluster: W's writes queued to the wiped node timed out first, and an
-    in-order writer reports the next ones after them), and the ledger goes on meanwhile. Entries in
-    the writer's clock order."""
-    timed: list[tuple[int, object]] = [(S // 2, Start("canary", TID, 2))]
-
-    def ack(p, seq, off, intent_us, outcome_us):
-        timed.append((intent_us, Intent(TID, (WriteRange(p, seq, 1),))))
-        timed.append((outcome_us, Outcomes(TID, (OutcomeRun(p, seq, 1, WriteOutcome.ACKED, off, intent_us,
-                                                            outcome_us),))))
-
-    for seq, off in enumerate(OLD_OFFSETS):
-        ack(0, seq, off, (1 + seq) * S, (1 + seq) * S + 1)
-    for i, t in enumerate([20, 40, 60, 80, 100, 120, 140, 160, 180, 220, 230.1, 250, 270]):
-        ack(1, i, i, int(t * S), int(t * S) + 1)
-    for i in range(20):  # the new log: intents at 200 s, acknowledgements (going backwards) at 230.3 s
-        ack(0, 9 + i, i, 200 * S + i * 1000, 230_300_000 + i * 1000)
-    timed.append((300 * S, Stop()))
-    timed.sort(key=lambda t: t[0])
-    return [LedgerEntry(W, n, ts, body) for n, (ts, body) in enumerate(timed)]
-
-
 @pytest.mark.parametrize("real", [False, True])
 def test_a_skip_waits_from_when_its_intent_was_folded_and_as_long_as_the_writer_may_take(real):
     """The ledger's clock jumps from 180 s (the skip asked, the intent still unread) to 201 s (the
@@ -184,7 +162,9 @@ def test_a_skip_waits_from_when_its_intent_was_folded_and_as_long_as_the_writer_
     if real:
         obs[6] = ("b", "consumed", 236_000, {"r": {"0": [[o, 1] for o in range(11, 20) if o != 15]}})
     observed = observations(obs)
-    es = slow_ledger()
+    # as on the local cluster: W's writes queued to the wiped node timed out first, and an in-order
+    # writer reports the next ones after them (30.3 s after their intents)
+    es = ledger((20, 40, 60, 80, 100, 120, 140, 160, 180, 220, 230.1, 250, 270), new_outcomes_after_us=30_300_000)
     cuts = [12 * S, 199 * S, 201 * S, 230_200_000]
     chunks = [[e for e in es if (cuts[i - 1] if i else -1) < e.time_us <= c] for i, c in enumerate(cuts)]
     chunks.append([e for e in es if e.time_us > cuts[-1]])
