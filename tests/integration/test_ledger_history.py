@@ -74,8 +74,9 @@ def test_a_second_canary_topic_on_the_same_ledger_is_ignored(cluster_ready, tmp_
     _cfg_b, path_b = watch_config(cluster_ready, tmp_path / "b", "shared-b", 0, ledger={"topic": cfg.ledger.topic},
                                   writers=[{"name": "idempotent", "rate": 150}])
     port = cfg.metrics.port
-    a = Background(path, "produce", "--duration", "45", "--metrics-port", "0", name="produce-a")
-    b = Background(path_b, "produce", "--duration", "45", "--metrics-port", "0", name="produce-b")
+    # (30 s of writes: about 4,500 records of A's for the reader, B's as many on the same ledger)
+    a = Background(path, "produce", "--duration", "30", "--metrics-port", "0", name="produce-a")
+    b = Background(path_b, "produce", "--duration", "30", "--metrics-port", "0", name="produce-b")
     watch = Background(path, "watch", name="watch")
     try:
         wait_for(lambda: metrics_up(port), 120, "the first batch")
