@@ -353,9 +353,10 @@ class CanaryWriter(TopicFollowing, AckChecking):
             self.finish()
 
     def drain(self, grace_s: float) -> None:
-        """Wait for the delivery report of every record sent, at most message.timeout.ms
-        plus ``grace_s`` (librdkafka reports each record within message.timeout.ms)."""
-        deadline = time.monotonic() + self.cfg.message_timeout_ms / 1000 + grace_s
+        """Wait for the delivery report of every record sent, at most message.timeout.ms (as the
+        client runs with it: a client_overrides one wins) plus ``grace_s`` (librdkafka reports each
+        record within message.timeout.ms)."""
+        deadline = time.monotonic() + self.cfg.effective_message_timeout_ms / 1000 + grace_s
         while len(self.producer) > 0 and time.monotonic() < deadline:
             self._serve(1.0, flush=True)
             if self._fatal is not None:

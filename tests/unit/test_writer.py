@@ -69,6 +69,26 @@ def test_the_start_records_the_message_timeout_the_producer_runs_with(overrides,
     assert start.body.settings.message_timeout_ms == recorded
 
 
+@pytest.mark.parametrize("overrides, waited_s", [
+    ({}, 45.0), ({"message.timeout.ms": "2000"}, 2.0), ({"delivery.timeout.ms": 90000}, 90.0)])
+def test_the_drain_waits_as_long_as_the_producer_runs_with(monkeypatch, overrides, waited_s):
+    """A producer that reports nothing more: the drain gives up after the message timeout the
+    client really runs with (client_overrides win), and ``grace_s``, not the configured one."""
+    clock = [1000.0]
+
+    class Silent(FakeProducer):
+        def flush(self, timeout=None):
+            clock[0] += timeout
+            return len(self.queue)
+
+    monkeypatch.setattr("monitor.canary.writer.time.monotonic", lambda: clock[0])
+    w, _log, _ = _setup(WriterConfig(name="w", rate=0, message_timeout_ms=45000, client_overrides=overrides),
+                        producer_cls=Silent)
+    w.producer.produce("canary", b"x", partition=0)
+    w.drain(grace_s=3)
+    assert clock[0] - 1000.0 == pytest.approx(waited_s + 3, abs=1.0)
+
+
 def test_intent_is_durable_before_the_records_are_sent():
     w, log, _ = _setup(WriterConfig(name="w", rate=0))
     seen_intents = []
