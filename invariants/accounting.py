@@ -131,6 +131,9 @@ class WriterCursor:
                 "started": self.started, "joined": self.joined, "watched": self.watched, "stopped": self.stopped,
                 "superseded": self.superseded,
                 "settings": None if self.settings is None else _settings_doc(self.settings),
+                # (beside the list, which an older Vigil reads positionally)
+                **({"outcome_within_ms": self.settings.outcome_within_ms}
+                   if self.settings is not None and self.settings.outcome_within_ms else {}),
                 "cls": self.cls.to_doc(),
                 "pending": [[tid, p, [r.to_doc() for r in rs]] for (tid, p), rs in self.pending.items()],
                 "open_txns": sorted(list(t) for t in self.open_txns), "last_ack_ts_us": self.last_ack_ts_us,
@@ -140,7 +143,8 @@ class WriterCursor:
     def from_doc(cls, d: dict[str, Any]) -> "WriterCursor":
         return cls(d["instance"], d["writer_id"], d["inc"], d["next_n"], d["started"], d["joined"], d["watched"],
                    d["stopped"],
-                   d["superseded"], None if d["settings"] is None else WriterSettings(*d["settings"]),
+                   d["superseded"], None if d["settings"] is None else WriterSettings(
+                       *d["settings"], outcome_within_ms=int(d.get("outcome_within_ms", 0))),
                    WriteClass.from_doc(d["cls"]),
                    {(tid, p): [PendingRange.from_doc(r) for r in rs] for tid, p, rs in d["pending"]},
                    {TxnKey(*t) for t in d["open_txns"]}, d["last_ack_ts_us"], d["init_since_us"])
@@ -218,11 +222,13 @@ class LedgerFold:
             return False
         return seq >= self.intended_to.get((writer_id, inc, partition), 0)
 
-    def message_timeout_ms(self, writer_id: int, inc: int) -> int:
-        """This incarnation's ``message.timeout.ms`` as its ``start`` (or a checkpoint) recorded it
-        (0: not known)."""
+    def outcome_within_ms(self, writer_id: int, inc: int) -> int:
+        """How long after its intent a record of this incarnation may get its outcome in the ledger:
+        the bound its ``start`` recorded (a transactional writer's: its transaction's end), at least
+        its message timeout (0: not known)."""
         w = self._incarnation(writer_id, inc)
-        return 0 if w is None or w.settings is None else w.settings.message_timeout_ms
+        return 0 if w is None or w.settings is None else max(w.settings.message_timeout_ms,
+                                                              w.settings.outcome_within_ms)
 
     def _incarnation(self, writer_id: int, inc: int) -> Any:
         return next((c for c in self.writers.values() if c.writer_id == writer_id and c.inc == inc), None)

@@ -394,7 +394,8 @@ class Checker(TopicLifecycle):
         further and the write of the record there has an outcome (a canary record's), at most
         :data:`LEDGER_WAIT_MAX_US` further (an outcome lost from the ledger, a writer gone without
         a ``stop``) — or, for a canary record, longer if the writer's client may take longer to
-        report an outcome at all (its message timeout and a margin: the rule of
+        report an outcome at all (its message timeout, or the bound its ``start`` recorded — a
+        transactional writer's outcomes come when its transaction ends — and a margin: the rule of
         :func:`invariants.liveness.producer_threshold`), and an in-order writer reports the writes
         behind one that timed out later still (found on the local cluster: a wiped node's queued
         writes timed out 30.1 s after their intents, the next write's acknowledgement, going
@@ -404,7 +405,7 @@ class Checker(TopicLifecycle):
         longest = LEDGER_WAIT_MAX_US
         if is_canary(record):
             longest = round(producer_threshold(LEDGER_WAIT_MAX_US / 1e6,
-                                               self.fold.message_timeout_ms(record[0], record[1])) * 1e6)
+                                               self.fold.outcome_within_ms(record[0], record[1])) * 1e6)
         if not since_us or clock >= since_us + longest or not self.fold.writing():
             return False
         return clock < since_us + LEDGER_GRACE_US or (is_canary(record) and self.fold.outcome_open(

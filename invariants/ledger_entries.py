@@ -50,6 +50,10 @@ class WriterSettings:
     idempotence: bool = True
     transactional: bool = False
     message_timeout_ms: int = 30000
+    # the longest after its intent a record's outcome may take to reach the ledger, as the writer
+    # bounds it (0: not recorded, its message timeout then): a transactional writer records its
+    # records' outcomes when its transaction ends, after the commit or abort and their retries
+    outcome_within_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,8 @@ READABLE_VERSIONS = (1, 2, 3)
 
 def _settings_json(s: WriterSettings) -> dict[str, Any]:
     return {"name": s.name, "role": s.role, "acks": s.acks, "idempotence": s.idempotence,
-            "transactional": s.transactional, "message_timeout_ms": s.message_timeout_ms}
+            "transactional": s.transactional, "message_timeout_ms": s.message_timeout_ms,
+            **({"outcome_within_ms": s.outcome_within_ms} if s.outcome_within_ms else {})}
 
 
 def _topic_json(t: TopicSettings | None) -> dict[str, Any] | None:
@@ -141,7 +142,8 @@ def _settings(raw: Any) -> WriterSettings:
     return WriterSettings(name=str(raw.get("name", "")), role=str(raw.get("role", "canary")), acks=acks,
                           idempotence=bool(raw.get("idempotence", acks == "all")),
                           transactional=bool(raw.get("transactional", False)),
-                          message_timeout_ms=int(raw.get("message_timeout_ms", 30000)))
+                          message_timeout_ms=int(raw.get("message_timeout_ms", 30000)),
+                          outcome_within_ms=int(raw.get("outcome_within_ms", 0)))
 
 
 def _topic_settings(raw: Any) -> TopicSettings | None:

@@ -29,7 +29,9 @@ while the writers' acknowledgements going backwards (which show the offsets reus
 2 of 6 runs that the audit, with the whole ledger, did not. A skip whose offset a rewrite turns
 out to have reused is dropped while it waits, like one still to be read again. The wait (until
 the ledger's clock is a few seconds on and the write of the record there has an outcome; at most
-30 s on, or the writer's message timeout and a few seconds if that is longer) starts only once
+30 s on, or the writer's message timeout and a few seconds if that is longer — a transactional
+writer's outcomes come when its transaction ends, after its commit or abort and their retries,
+and its ``start`` records that bound) starts only once
 the ledger has folded the skipped record's own intent: a from-scratch catch-up reads a rewritten
 log's new records long before the ledger reaches their time, and a wait counted from when the
 skip was found ran out first (18–31 false skips per catch-up of the wiped-partition history). Waiting skips are

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import random
 import threading
+from dataclasses import replace
 from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
-from invariants.ledger_format import Init, OpenTxn, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome
+from invariants.ledger_format import Init, OpenTxn, TxnEnd, TxnInfo, TxnOutcome, WriteOutcome, WriterSettings
 from monitor import record_format
 from monitor.canary.topic_watch import TopicObserver
 from monitor.canary.writer import CanaryWriter
@@ -33,6 +34,7 @@ from monitor.ledger import LedgerWriter, now_us
 from monitor.metrics import ProducerMetrics
 
 COMMIT_RETRIES = 3
+DRAIN_GRACE_S = 5  # beyond message.timeout.ms, for the delivery reports before the commit or abort
 
 
 class TransactionalWriter(CanaryWriter):
@@ -49,6 +51,14 @@ class TransactionalWriter(CanaryWriter):
         self.txn_counts: dict[TxnOutcome, int] = {o: 0 for o in TxnOutcome}
         self._timeout = cfg.transaction.timeout_ms / 1000
         self._initialised = False
+
+    def settings(self) -> WriterSettings:
+        """With the longest a record's outcome may take to reach the ledger: its outcomes are recorded
+        when the transaction ends — after the records' delivery reports (the drain) and the commit or
+        abort, each call bounded by transaction.timeout.ms and tried up to COMMIT_RETRIES times."""
+        bound_ms = (self.cfg.effective_message_timeout_ms + DRAIN_GRACE_S * 1000
+                    + COMMIT_RETRIES * self.cfg.transaction.timeout_ms)
+        return replace(super().settings(), outcome_within_ms=bound_ms)
 
     def records_per_step(self) -> int:
         return self.cfg.transaction.size
@@ -108,7 +118,7 @@ class TransactionalWriter(CanaryWriter):
         flags = record_format.FLAG_TRANSACTIONAL | (record_format.FLAG_INTENDED_ABORT if abort else 0)
         for index, (p, seq) in enumerate(writes):
             self.send(p, seq, flags, txn_id, len(writes), index)
-        self.drain(5)
+        self.drain(DRAIN_GRACE_S)
         return self._end_transaction(abort)
 
     def _end_transaction(self, abort: bool) -> tuple[TxnOutcome, str | None]:

@@ -190,6 +190,27 @@ def test_transactional_writer_records_intents_and_outcomes():
     assert prods[0].txn_calls[0] == "init"
 
 
+def test_a_transactional_writer_records_how_late_its_outcomes_may_come_and_the_others_do_not():
+    """Its records' outcomes reach the ledger when the transaction ends: after the drain (the
+    message timeout the client runs with, and 5 s) and the commit or abort, each try bounded by
+    transaction.timeout.ms, up to 3 (Checker._ledger_behind waits that long for one)."""
+    cfg = WriterConfig(name="t", transactional=True, rate=0, message_timeout_ms=20000,
+                       client_overrides={"message.timeout.ms": "25000"}, transaction={"timeout_ms": 10000})
+    log = {}
+    ledger = LedgerWriter(FakeProducer(log), "ledger", "inst", 99, 1)
+    w = TransactionalWriter(cfg, TOPIC, WriterIdentity("inst", 1, 99), ledger, lambda _cb: FakeTxnProducer(log),
+                            rng=random.Random(1))
+    w.run(threading.Event(), max_records=8)
+    w.checkpoint()
+    recorded = [e.body.settings.outcome_within_ms for e in map(decode, log[("ledger", 0)])
+                if e.kind in ("start", "checkpoint")]
+    assert len(recorded) >= 2 and set(recorded) == {25000 + 5000 + 3 * 10000}
+    plain, plain_log, _ = _setup(WriterConfig(name="w", rate=0))
+    plain.run(threading.Event(), max_records=3)
+    (start,) = [e for e in map(decode, plain_log[("ledger", 0)]) if e.kind == "start"]
+    assert start.body.settings.outcome_within_ms == 0  # (its message timeout bounds them)
+
+
 def test_a_transactional_writer_asked_for_a_count_its_transactions_do_not_divide_writes_exactly_that_many():
     cfg = WriterConfig(name="t", transactional=True, rate=0, transaction={"size": 4})
     log = {}

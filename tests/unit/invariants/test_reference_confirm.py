@@ -226,19 +226,31 @@ def test_a_skip_on_a_foreign_record_or_a_stopped_writers_waits_for_the_ledger_to
     assert _skips(_ledger_read_to(ck, 6)) == [5]
 
 
-@pytest.mark.parametrize("timeout_ms, longest_s", [(30_000, 35), (60_000, 65), (5_000, 30)])
-def test_a_skip_whose_records_outcome_never_comes_waits_at_most_the_longest_wait(timeout_ms, longest_s):
+@pytest.mark.parametrize("settings, longest_s", [
+    (WriterSettings(message_timeout_ms=30_000), 35), (WriterSettings(message_timeout_ms=60_000), 65),
+    (WriterSettings(message_timeout_ms=5_000), 30),
+    # a transactional writer's outcomes come when its transaction ends (its start records the bound)
+    (WriterSettings(transactional=True, message_timeout_ms=30_000, outcome_within_ms=215_000), 220)])
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_skip_whose_records_outcome_never_comes_waits_at_most_the_longest_wait(settings, longest_s, restart):
     """The entry holding the outcome lost from the ledger (an outcome_gap), the writer carrying on:
-    the wait ends 30 s on, or the writer's message timeout and the grace (5 s) on if longer (an
-    outcome may come that late: Checker._ledger_behind)."""
+    the wait ends 30 s on, or the writer's message timeout — or the longer bound its start recorded —
+    and the grace (5 s) on if longer (an outcome may come that late: Checker._ledger_behind); the
+    same after a restart from the saved state."""
     s = Story()
     start = s.entries[0]
-    s.entries[0] = replace(start, body=replace(start.body, settings=WriterSettings(message_timeout_ms=timeout_ms)))
+    s.entries[0] = replace(start, body=replace(start.body, settings=settings))
     s.entry(Intent(TID, (WriteRange(0, 0, 11),)))
     ck = _group_checker()
     ck.apply_ledger(s.entries)
     found = _passed_offset_5(ck, {o: rec(o) for o in range(11)}) + _ledger_read_to(ck, longest_s - 1)
     assert _skips(found) == [] and len(ck.group_skips.waiting) == 1
+    if restart:  # (restored waiting skips start waiting again: the next read of the ledger asks afresh)
+        ck = _restarted(ck)
+        assert _skips(_ledger_read_to(ck, longest_s - 1)) == []
+        assert _skips(_ledger_read_to(ck, 2 * longest_s - 2)) == []
+        assert _skips(_ledger_read_to(ck, 2 * longest_s)) == [5]
+        return
     assert _skips(_ledger_read_to(ck, longest_s + 1)) == [5]
 
 
