@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import resource
-from importlib import resources
 import threading
 import time
+from importlib import resources
 from pathlib import Path
 
 import yaml

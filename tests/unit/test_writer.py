@@ -196,10 +196,7 @@ def test_a_transactional_writer_records_how_late_its_outcomes_may_come_and_the_o
     transaction.timeout.ms, up to 3 (Checker._ledger_behind waits that long for one)."""
     cfg = WriterConfig(name="t", transactional=True, rate=0, message_timeout_ms=20000,
                        client_overrides={"message.timeout.ms": "25000"}, transaction={"timeout_ms": 10000})
-    log = {}
-    ledger = LedgerWriter(FakeProducer(log), "ledger", "inst", 99, 1)
-    w = TransactionalWriter(cfg, TOPIC, WriterIdentity("inst", 1, 99), ledger, lambda _cb: FakeTxnProducer(log),
-                            rng=random.Random(1))
+    w, log, _ = _setup(cfg, cls=TransactionalWriter, producer_cls=FakeTxnProducer, rng=random.Random(1))
     w.run(threading.Event(), max_records=8)
     w.checkpoint()
     recorded = [e.body.settings.outcome_within_ms for e in map(decode, log[("ledger", 0)])
