@@ -156,7 +156,7 @@ class WatchSnapshot:
 
 MALFORMED_KINDS = ("foreign", "malformed", "ledger", "unknown_topic", "eos_output", "group_observation",
                    "foreign_group_observation")
-BATCH_PHASES = ("fetch", "check", "persist", "refetch")
+BATCH_PHASES = ("fetch", "wait", "write_ahead", "check", "persist", "refetch")
 SAVE_FAILURE_REASONS = ("ENOSPC", "EFBIG")  # a full volume, a file-size limit
 TRIGGER_PARTS = ("triggerExecution", "latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit",
                  "commitOffsets")
@@ -391,7 +391,10 @@ class WatchCollector:
                                      "monitor started: fetch (Spark job, executors' decoding, transfer to the "
                                      "driver), check (the checker), persist (saving its state), refetch (ranges read again "
                                      "directly after a batch, and applied). With watch.overlap_check, check and "
-                                     "persist run beside the next batch's fetch: the phases overlap.", labels=["phase"])
+                                     "persist run beside the next batch's fetch (the phases overlap), and the batch "
+                                     "handler then spends wait (for the batch before to be applied) and write_ahead "
+                                     "(its batch written to disk for the applier) before Spark commits the batch.",
+                                     labels=["phase"])
         for phase in BATCH_PHASES:
             phases.add_metric([phase], s.batch_seconds.get(phase, 0.0))
         yield phases

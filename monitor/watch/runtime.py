@@ -164,18 +164,23 @@ class WatchRuntime:
         batch = self._fetch(df, batch_id)
         with self.lock:
             self.batch_seconds["fetch"] += time.monotonic() - started
+        fetched = time.monotonic()
         self.catch_up()  # the batch before (or a failure of its applier raised here), and a crash's
         if batch_id <= self.state.batch_id:
             return  # written ahead before a crash, and just applied from there
         if not self.cfg.watch.overlap_check:
             self._apply(batch)
             return
+        waited = time.monotonic()
         try:
             write_ahead.write(self.dir, batch)
         except state_store.StateSaveError as exc:  # the batch fails (Spark has not committed it)
             with self.lock:
                 self._save_failed(exc)
             raise
+        with self.lock:  # (what the overlap costs the trigger: the batch before still applying, the file)
+            self.batch_seconds["wait"] += waited - fetched
+            self.batch_seconds["write_ahead"] += time.monotonic() - waited
         self._applier = threading.Thread(target=self._apply_in_thread, args=(batch,), name="vigil-apply",
                                          daemon=True)
         self._applier.start()

@@ -176,8 +176,11 @@ def test_malformed_and_foreign_records_are_counted_not_fatal(runtime):
     assert rt.published.records_checked[Isolation.READ_UNCOMMITTED] == 1
     assert sum(rt.published.violations.values()) == 0
     phases = rt.published.batch_seconds  # vigil_batch_seconds_total: where the batch's time went
-    assert set(phases) == {"fetch", "check", "persist"} and all(v >= 0 for v in phases.values())
+    overlapped = {"wait", "write_ahead"} if rt.cfg.watch.overlap_check else set()  # (the handler's, beside the applier)
+    assert set(phases) == {"fetch", "check", "persist", *overlapped} and all(v >= 0 for v in phases.values())
     assert phases["persist"] > 0  # the state was saved (fsync) inside the batch
+    if overlapped:
+        assert phases["write_ahead"] > 0  # the batch's file written (fsync) before the applier took it
 
 
 def test_unreadable_state_is_an_error_not_a_silent_reset(tmp_path):
