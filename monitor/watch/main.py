@@ -84,6 +84,9 @@ class _ProgressAsJson:
     def onQueryTerminated(self, jevent) -> None:  # noqa: N802
         pass
 
+    def onQueryExecutionStart(self, jevent) -> None:  # noqa: N802 (newer Sparks' interface has it; 4.3.0's not)
+        pass
+
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 

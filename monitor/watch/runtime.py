@@ -162,9 +162,9 @@ class WatchRuntime:
             return  # replayed after a restart: already applied and saved
         started = time.monotonic()
         batch = self._fetch(df, batch_id)
+        fetched = time.monotonic()  # (before the lock: an applier at the batch before holds it)
         with self.lock:
-            self.batch_seconds["fetch"] += time.monotonic() - started
-        fetched = time.monotonic()
+            self.batch_seconds["fetch"] += fetched - started
         self.catch_up()  # the batch before (or a failure of its applier raised here), and a crash's
         if batch_id <= self.state.batch_id:
             return  # written ahead before a crash, and just applied from there
@@ -178,9 +178,10 @@ class WatchRuntime:
             with self.lock:
                 self._save_failed(exc)
             raise
+        written = time.monotonic()
         with self.lock:  # (what the overlap costs the trigger: the batch before still applying, the file)
             self.batch_seconds["wait"] += waited - fetched
-            self.batch_seconds["write_ahead"] += time.monotonic() - waited
+            self.batch_seconds["write_ahead"] += written - waited
         self._applier = threading.Thread(target=self._apply_in_thread, args=(batch,), name="vigil-apply",
                                          daemon=True)
         self._applier.start()

@@ -183,6 +183,29 @@ def test_malformed_and_foreign_records_are_counted_not_fatal(runtime):
         assert phases["write_ahead"] > 0  # the batch's file written (fsync) before the applier took it
 
 
+def test_a_batch_handler_waiting_for_the_applier_before_it_counts_that_as_wait_not_fetch(tmp_path, monkeypatch):
+    """vigil_batch_seconds_total with the overlap: the applier of the batch before holds the batch
+    lock while it checks; the next batch's handler, its fetch done, waits for it: ``wait``, not ``fetch``."""
+    from monitor.watch import runtime as runtime_module
+
+    slow_s = 0.6
+    checked = runtime_module.apply_batch
+
+    def slow_check(*args, **kwargs):
+        time.sleep(slow_s)
+        return checked(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_module, "apply_batch", slow_check)
+    rt = runtime_maker(tmp_path, monkeypatch, overlap=True)()
+    WatchRuntime.handle_batch(rt, Df(table([(0, 0, 0, canary(0))])), 0)  # (Spark's: no wait after)
+    WatchRuntime.handle_batch(rt, Df(table([(0, 0, 1, canary(1))])), 1)  # while batch 0 is checked
+    rt.catch_up()
+    phases = rt.published.batch_seconds
+    assert phases["wait"] >= slow_s / 2
+    assert phases["fetch"] < slow_s / 2
+    assert rt.state.batch_id == 1
+
+
 def test_unreadable_state_is_an_error_not_a_silent_reset(tmp_path):
     cfg = parse({"state_dir": str(tmp_path), "metrics": {"port": 0}})
     cfg.checkpoint_dir().mkdir(parents=True)
