@@ -39,6 +39,14 @@ nothing and are followed by nothing: a stopped writer's last checkpoint or ``sto
 for the threshold, or for the end of the catch-up. The threshold assumes the canary topic keeps
 its writers' timestamps (``CreateTime``, as Vigil creates it): with ``LogAppendTime`` the brokers'
 clock stands in for the writers', and only entries that acknowledge nothing can wait longer for it.
+The threshold is the newest record read in *any* partition, not in the partition read least far,
+though a partition far ahead in time (a wiped or recreated partition's new log, all late records,
+read from the first batch on) then carries it towards the end of the backlog and the hold releases
+more (memory, not verdicts). Taken from the partition read least far, a transaction's end, which
+acknowledges nothing, waited behind its acknowledgement on a partition read at older times while
+its records on the partition ahead were read far past: read_committed registered them too late,
+expired (horizon) where the whole ledger judges them (a review found it; the unit test
+``test_a_transaction_end_is_released_once_any_partition_is_read_past_its_time``).
 
 **What does change.** The ``group_skip`` and ``eos_loss`` confirmations wait for the ledger to be
 read a few seconds further than when the skip or loss was found (``Checker._ledger_behind``, on

@@ -677,7 +677,8 @@ class WatchRuntime:
                 "violations": {f"{inv.value}/{iso.value}/{dur.value}": n
                                for (inv, iso, dur), n in snap.violations.items() if n},
                 "aborted_records_read": snap.aborted_allowed, "expired_unread": snap.expired_unread,
-                "batches": snap.batches, "restarts": snap.restarts}
+                "batches": snap.batches, "restarts": snap.restarts,
+                "ledger_held_peak": self.ledger_held_peak}  # (rows held beside the state at most, this process)
 
     def wait_caught_up(self, timeout_s: float, reread_s: float = REREAD_DRAIN_S) -> bool:
         """Wait until a trigger that started after this call found nothing left to read, then until
