@@ -168,8 +168,9 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
         # verdicts. How much this history holds varies from run to run: its ledger is about three
         # quarters of the canary's offsets, and the wiped partition's new log, all late records, is
         # read from the first batch on and carries the hold's threshold ahead (rows held after 13 of
-        # 32 batches in one run, after none of 11 in batches of 1,500 in another). So the kill -9 while
-        # rows are held has a history built for it: tests/integration/test_ledger_hold.py)
+        # 32 batches in one run; another run's topics, read again in batches of 1,500, after none of
+        # 8). So the kill -9 while rows are held has a history built for it:
+        # tests/integration/test_ledger_hold.py)
         held_run = pool.submit(catch_up, cluster_ready, tmp_path, "held", 29481, lead_s=5, max_offsets=500)
         whole_run = pool.submit(catch_up, cluster_ready, tmp_path, "whole", 29482, lead_s=10**9)
         (held, held_expired, held_peak), (whole, whole_expired, whole_peak) = held_run.result(), whole_run.result()
