@@ -14,7 +14,10 @@ Each figure counts every isolation level's read (so 2 × records). (b) and (c) r
 ``availableNow`` trigger and ``watch.max_offsets_per_trigger``. Peak RSS is sampled over this
 process and its children (the Spark driver JVM, the Python workers that decode on the executors)
 and, with ``--standalone N``, the standalone cluster's daemons and executor JVMs; CPU seconds per
-million reads over the same processes are steadier on a noisy machine than the rates.
+million reads over the same processes are steadier on a noisy machine than the rates. The local
+cluster's brokers and link proxy are not counted, even where the bench started them as its
+children (before 2026-11-29 they were, then: about 2 GB of RSS and the brokers' CPU in both (b) and
+(c), so the figures of runs that started the cluster and of runs that found it running differ).
 
 Before (b) and (c), an untimed **warm-up** pass reads the whole topic through the checker's fetch
 (the Kafka source, its projection, the JVM's decoding where it decodes, the Arrow transfer to this
@@ -68,16 +71,19 @@ class PeakRss:
     """Samples the RSS of this process plus its children (and ``extra`` processes: a standalone
     Spark cluster's daemons and executors) until stopped; also the CPU seconds they used meanwhile."""
 
-    def __init__(self, interval: float = 0.25, extra: Callable[[], list[int]] = list) -> None:
+    def __init__(self, interval: float = 0.25, extra: Callable[[], list[int]] = list,
+                 exclude: Callable[[], set[int]] = set) -> None:
         self.peak = 0
         self.cpu_seconds = 0.0
         self._extra = extra
+        self._exclude = exclude  # processes not counted, with their children (the local Kafka cluster's)
+        self._excluded: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
     def _tree(self) -> list[psutil.Process]:
         me = psutil.Process()
-        out = [me, *me.children(recursive=True)]
+        out = [p for p in [me, *me.children(recursive=True)] if p.pid not in self._excluded]
         for pid in self._extra():
             try:
                 root = psutil.Process(pid)
@@ -110,6 +116,11 @@ class PeakRss:
             self._stop.wait(interval)
 
     def __enter__(self) -> "PeakRss":
+        for pid in self._exclude():
+            try:
+                self._excluded |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+            except psutil.Error:
+                pass
         self._cpu_start = self._cpu()
         self._thread.start()
         return self
@@ -235,6 +246,21 @@ def bare_consumer(cfg: Config, partitions: int) -> int:
     return total
 
 
+def local_cluster_pids(cfg: Config) -> Callable[[], set[int]]:
+    """The local Kafka cluster's brokers and link proxy, which :class:`PeakRss` leaves out (the bench
+    may have started them: then they are its children); nothing for a configured cluster."""
+    if not cfg.embedded:
+        return set
+    from monitor.cluster.local_cluster import LocalCluster
+
+    cluster = LocalCluster(cfg.cluster)
+
+    def pids() -> set[int]:
+        found = [cluster.proxy_pid(), *(cluster.node_pid(n.node_id) for n in cluster.layout.nodes)]
+        return {pid for pid in found if pid is not None}
+    return pids
+
+
 def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Callable[[str], None],
               standalone: int = 0, warmup: bool = True) -> BenchResult:
     """``standalone``: run (b) and (c) on a Spark standalone cluster of that many workers started
@@ -247,9 +273,10 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
     prefill(cfg, records, progress)
     partitions = cfg.canary.partitions
     result = BenchResult(records, partitions)
+    brokers = local_cluster_pids(cfg)
     if "bare" in which:
         progress("(a) bare confluent-kafka consumer, both isolation levels")
-        with PeakRss() as rss:
+        with PeakRss(exclude=brokers) as rss:
             t = time.monotonic()
             n = bare_consumer(cfg, partitions)
             secs = time.monotonic() - t
@@ -278,7 +305,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
                                         "seconds": round(time.monotonic() - t, 2)}
         if "spark" in which:
             progress("(b) Spark no-op query over both isolation levels")
-            with PeakRss(extra=extra) as rss:
+            with PeakRss(extra=extra, exclude=brokers) as rss:
                 t = time.monotonic()
                 q = (spark_job.union_of_sources(spark, cfg, with_ledger=False).writeStream.format("noop")
                      .option("checkpointLocation", str(tmp / "noop")).trigger(availableNow=True).start())
@@ -290,7 +317,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             n = sum(p["numInputRows"] for p in progress_kept)
             result.figures["spark_noop"] = rss.figures(n, secs)
             progress("(b') the checker's fetch alone: its query's rows handed to this process, nothing checked")
-            with PeakRss(extra=extra) as rss:
+            with PeakRss(extra=extra, exclude=brokers) as rss:
                 t = time.monotonic()
                 fetched = fetch_all(spark, cfg, tmp / "fetch")
                 secs = time.monotonic() - t
@@ -301,7 +328,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
                 "checkpoint_dir": str(tmp / "checker")}), "metrics": cfg.metrics.model_copy(update={"port": 0})})
             runtime = WatchRuntime(checker_cfg, progress)
             runtime.evidence.path = tmp / "evidence.jsonl"
-            with PeakRss(extra=extra) as rss:
+            with PeakRss(extra=extra, exclude=brokers) as rss:
                 t = time.monotonic()
                 q = spark_job.start_query(spark, checker_cfg, runtime.handle_batch, name="vigil-bench-checker",
                                           available_now=True)
