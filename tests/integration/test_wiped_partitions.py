@@ -152,7 +152,8 @@ def test_a_node_back_without_its_canary_partitions_loses_every_acked_write_they_
     # the same history read again from its start by two more watches, as catch-ups: batches cut short
     # (1,500 and 500 offsets per source), the ledger fetched ahead of the readers. One holds it beside the
     # state (invariants/ledger_hold.py, a 5 s lead); the other applies it whole as it comes (an
-    # unbounded lead: what the monitor did before the hold). The hold changes no verdict on the canary's history, and expires no acknowledgement.
+    # unbounded lead: what the monitor did before the hold). The hold changes no verdict on the
+    # canary's history, and expires no acknowledgement.
     # The group canary's skips too: before a skip's wait for the ledger started at the skipped
     # record's own intent (Checker._intent_unread), both catch-ups counted 18-26 group_skip the audit
     # does not find (the new log's records read long before the ledger reached their time, the wait
@@ -220,11 +221,8 @@ def catch_up(cluster_ready, tmp_path, name: str, port: int, lead_s: float, max_o
         watch.stop()
     assert not any((cfg.checkpoint_dir() / "ledger-held").glob("*.arrow"))  # everything applied by the end
     found = watch.stdout_json()["checker"]
-    counts: dict = {}
-    for key, n in found["violations"].items():
-        inv, iso, _durability = key.split("/")
-        counts[(inv, iso)] = counts.get((inv, iso), 0) + n
-    return nonzero(counts), {k: v for k, v in found["expired_unread"].items() if v}, found["ledger_held_peak"]
+    return (nonzero(final_counts(watch)), {k: v for k, v in found["expired_unread"].items() if v},
+            found["ledger_held_peak"])
 
 
 def group_rebalances(port: int) -> float:

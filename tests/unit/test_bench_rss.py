@@ -22,7 +22,8 @@ def _peak_mb(exclude) -> float:
 
 def test_a_child_left_out_counts_neither_its_memory_nor_its_children():
     """A child holding 300 MB (a broker the bench started) counts while it is not left out."""
-    hog = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {HOG!r}])"])
+    hog = subprocess.Popen([sys.executable, "-c",
+                            f"import subprocess, sys; subprocess.run([sys.executable, '-c', {HOG!r}])"])
     try:
         deadline = time.monotonic() + 20
         while _peak_mb(set) < 300 and time.monotonic() < deadline:  # (until the grandchild has its 300 MB)
