@@ -69,7 +69,7 @@ from typing import Any, Iterable, Mapping
 NO_THRESHOLD = -(2**63)
 
 
-@dataclass
+@dataclass(slots=True)
 class Held:
     """One ledger row held: the batch that fetched it and its place among the rows that batch left
     held (``index``, its row in that batch's file), its ledger partition, its writer's clock (µs;

@@ -326,7 +326,7 @@ class WatchRuntime:
         except OSError as exc:
             raise state_store.StateSaveError(held_ledger.path_of(self.dir, batch_id), exc) from None
         self.ledger_held_peak = max(self.ledger_held_peak, self.state.ledger_hold.held())
-        return released
+        return held_ledger.values_of(self.dir, released)
 
     def release_held_ledger(self, at_end: bool = False) -> None:
         """Between batches: what is held is applied once Spark said a trigger read everything there
@@ -344,7 +344,7 @@ class WatchRuntime:
             ck = self.state.checker
             try:
                 ck.begin_batch()
-                apply_ledger_rows(ck, hold.release_all(self.state.batch_id), stats)
+                apply_ledger_rows(ck, held_ledger.values_of(self.dir, hold.release_all(self.state.batch_id)), stats)
                 violations = ck.settle()
                 self.state.malformed.update(stats.malformed)
                 self._persist(self.state.batch_id, violations)

@@ -127,6 +127,12 @@ def values(items) -> list:
     return [decode(v).n for _ts, v in items]
 
 
+def held_values(directory, hold) -> dict:
+    """What each ledger partition holds, its values read back from the files; and none in memory."""
+    assert all(isinstance(h.item[1], held_ledger.Spilled) for q in hold.queues.values() for h in q)
+    return {p: values(held_ledger.values_of(directory, [h.item for h in q])) for p, q in hold.queues.items()}
+
+
 def test_held_rows_survive_a_restart_and_their_files_go_once_released(tmp_path):
     st = state_store.WatchState(SETTINGS)
     hold = st.ledger_hold
@@ -134,6 +140,7 @@ def test_held_rows_survive_a_restart_and_their_files_go_once_released(tmp_path):
     out, still = hold.take(0, rows((0, 5), (0, 30), (1, 12)), newest_read_us=0, read_ends={}, drained=False)
     assert values(out) == [5]
     held_ledger.write_held(tmp_path, 0, still)
+    assert held_values(tmp_path, hold) == {0: [30], 1: [12]}  # the values left in the file, not in memory
     st.batch_id = 0
     state_store.save(tmp_path, st)
     doc = json.loads((tmp_path / state_store.STATE_FILE).read_bytes())
@@ -141,22 +148,22 @@ def test_held_rows_survive_a_restart_and_their_files_go_once_released(tmp_path):
     # a batch applied and not saved (the monitor died): its file is not the state's
     held_ledger.write_held(tmp_path, 1, hold.take(1, rows((2, 99)), 1, {}, False)[1])
     back = state_store.load(tmp_path, SETTINGS)
-    assert {p: values(h.item for h in q) for p, q in back.ledger_hold.queues.items()} == {0: [30], 1: [12]}
+    assert held_values(tmp_path, back.ledger_hold) == {0: [30], 1: [12]}
     assert json.loads(json.dumps(back.to_doc())) == doc  # as saved
     # the next batch reads further: partition 1's row is due, partition 0's still held
     back.ledger_hold.lead_us = 10
     out, still = back.ledger_hold.take(1, [], newest_read_us=5, read_ends={}, drained=False)
-    assert values(out) == [12]
+    assert values(held_ledger.values_of(tmp_path, out)) == [12]
     held_ledger.write_held(tmp_path, 1, still)
     back.batch_id = 1
     state_store.save(tmp_path, back)
     held_ledger.prune(tmp_path, back.ledger_hold, 1)
     assert held_ledger.path_of(tmp_path, 0).exists() and not held_ledger.path_of(tmp_path, 1).exists()
     again = state_store.load(tmp_path, SETTINGS)
-    assert {p: values(h.item for h in q) for p, q in again.ledger_hold.queues.items()} == {0: [30]}
+    assert held_values(tmp_path, again.ledger_hold) == {0: [30]}
     # the readers at the end: everything released, the files gone, saved as the version before
     out, still = again.ledger_hold.take(2, rows((0, 40)), newest_read_us=6, read_ends={}, drained=True)
-    assert values(out) == [30, 40] and still == []
+    assert values(held_ledger.values_of(tmp_path, out)) == [30, 40] and still == []
     held_ledger.write_held(tmp_path, 2, still)
     again.batch_id = 2
     state_store.save(tmp_path, again)
@@ -281,7 +288,7 @@ def test_live_equals_audit_through_the_hold_with_restarts(tmp_path_factory, seed
                                                  held_ledger.read_ends(table),
                                                  drained=rng.random() < 0.1)
         held_ledger.write_held(directory, b, still)
-        apply_batch(state.checker, table, lambda name: TOPIC, ledger=released)
+        apply_batch(state.checker, table, lambda name: TOPIC, ledger=held_ledger.values_of(directory, released))
         state.batch_id = b
         state_store.save(directory, state)
         held_ledger.prune(directory, state.ledger_hold, b)
@@ -294,7 +301,8 @@ def test_live_equals_audit_through_the_hold_with_restarts(tmp_path_factory, seed
     from monitor.watch.batch import BatchStats, apply_ledger_rows
 
     checker.begin_batch()
-    apply_ledger_rows(checker, state.ledger_hold.release_all(b), BatchStats())  # the readers at the end
+    apply_ledger_rows(checker, held_ledger.values_of(directory, state.ledger_hold.release_all(b)),
+                      BatchStats())  # the readers at the end
     checker.settle()  # (what is to be read again is asked here, as after every batch)
 
     def log(iso, p):
@@ -459,6 +467,10 @@ def test_a_held_file_gone_is_a_clear_error_never_rows_silently_lost(tmp_path):
     held_ledger.path_of(tmp_path, 0).unlink()
     with pytest.raises(state_store.StateError, match="ledger rows held from batch 0 .* missing.*vigil state rebuild"):
         state_store.load(tmp_path, SETTINGS)
+    # gone while the monitor runs, its rows about to be released: the batch fails, naming the file
+    out, _still = st.ledger_hold.take(1, [], newest_read_us=100, read_ends={}, drained=True)
+    with pytest.raises(ValueError, match="ledger rows held from batch 0 cannot be read back from .*000000000000.arrow"):
+        held_ledger.values_of(tmp_path, out)
 
 
 def test_the_due_index_over_many_rows_agrees_with_the_rule_and_stays_small():
