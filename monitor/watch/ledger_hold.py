@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from invariants.ledger_hold import Held, LedgerHold
 from monitor.durable import replace_durably
 from invariants.ledger_format import LedgerFormatError, Outcomes, WriteOutcome, decode
-from monitor.watch.batch import ledger_of
+from monitor.watch.batch import SRC_LEDGER
 from monitor.watch.executor import KIND_CANARY, KIND_LATENCY
 
 
@@ -43,32 +43,76 @@ class Spilled(NamedTuple):
     index: int
 
 
-Item = tuple[int, "bytes | None | Spilled"]  # a ledger row held: (append time µs, value or where it is)
+class InBatch(NamedTuple):
+    """Where the value of a row of the batch being applied is: its row in :func:`ledger_table`."""
+
+    index: int
+
+
+Item = tuple[int, "bytes | None | Spilled | InBatch"]  # a ledger row: (append time µs, value or where it is)
 
 HELD_DIR = "ledger-held"
 CANARY_SOURCES = (0, 1)  # the canary's read_committed and read_uncommitted sources
 HELD_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64()), ("value", pa.binary())])
 
 
-def ledger_rows(table: pa.Table) -> list[tuple[int, int | None, tuple[tuple[int, int], ...], Item]]:
-    """The batch's ledger rows as the hold admits them, in offset order per partition."""
-    return [admitted(p, ts, v) for p, ts, v in ledger_of(table)]
+DECODE_CHUNK = 8192  # ledger rows whose values are Python objects at once, while a batch's are admitted
+
+
+def ledger_table(table: pa.Table) -> pa.Table:
+    """The batch's ledger rows (partition, append time µs, value), in offset order per partition."""
+    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
+    if ledger.num_rows:
+        ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    stamps = (pc.fill_null(ledger.column("ts_us"), 0) if "ts_us" in ledger.column_names
+              else pa.array([0] * ledger.num_rows, pa.int64()))
+    return pa.table({"partition": pc.cast(ledger.column("partition"), pa.int32()), "ts_us": pc.cast(stamps, pa.int64()),
+                     "value": pc.cast(ledger.column("value"), pa.binary())}, schema=HELD_SCHEMA)
+
+
+def ledger_rows(ledger: pa.Table) -> list[tuple[int, int | None, tuple[tuple[int, int], ...], Item]]:
+    """The rows of :func:`ledger_table` as the hold admits them, their values left in it
+    (:class:`InBatch`): a catch-up's first batch may fetch most of its backlog's ledger, and its
+    values as Python objects were the monitor's peak of memory."""
+    partitions, stamps = ledger.column("partition").to_pylist(), ledger.column("ts_us").to_pylist()
+    out = []
+    for start in range(0, ledger.num_rows, DECODE_CHUNK):
+        for i, value in enumerate(ledger.column("value").slice(start, DECODE_CHUNK).to_pylist(), start):
+            ts, acked = due_of(value, stamps[i])
+            out.append((partitions[i], ts, acked, (stamps[i], InBatch(i))))
+    return out
 
 
 def admitted(partition: int, append_ts_us: int, value: bytes | None
              ) -> tuple[int, int | None, tuple[tuple[int, int], ...], Item]:
-    """A ledger row as the hold sees it: its partition, its writer's clock (None: not an entry), the
-    lowest canary offset it acknowledges per canary partition, and the row ((append time, value))."""
+    """A ledger row as the hold sees it, its value with it: :func:`due_of`, and the row ((append
+    time, value))."""
+    return (partition, *due_of(value, append_ts_us), (append_ts_us, value))
+
+
+def due_of(value: bytes | None, append_ts_us: int) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    """What decides when a ledger row is due: its writer's clock (None: not an entry) and the lowest
+    canary offset it acknowledges per canary partition."""
     try:
         entry = decode(value, append_ts_us=append_ts_us)
     except LedgerFormatError:
-        return partition, None, (), (append_ts_us, value)
+        return None, ()
     acked: dict[int, int] = {}
     if isinstance(entry.body, Outcomes):
         for run in entry.body.runs:
             if run.outcome is WriteOutcome.ACKED and run.first_offset >= 0:
                 acked[run.partition] = min(run.first_offset, acked.get(run.partition, run.first_offset))
-    return partition, entry.ts_us, tuple(sorted(acked.items())), (append_ts_us, value)
+    return entry.ts_us, tuple(sorted(acked.items()))
+
+
+def take(directory: Path, hold: LedgerHold, batch_id: int, table: pa.Table, drained: bool
+         ) -> list[tuple[int, "bytes | None"]]:
+    """One batch through the hold (:meth:`LedgerHold.take`): the rows it leaves held written beside the
+    state, and the rows to apply before its reads, (append time µs, value) in order."""
+    ledger = ledger_table(table)
+    released, still = hold.take(batch_id, ledger_rows(ledger), newest_read_us(table), read_ends(table), drained)
+    write_held(directory, batch_id, still, ledger)
+    return values_of(directory, released, ledger)
 
 
 def _read(table: pa.Table) -> pa.Table:
@@ -139,17 +183,22 @@ def path_of(directory: Path, batch_id: int) -> Path:
     return directory_of(directory) / f"{batch_id:012d}.arrow"
 
 
-def write_held(directory: Path, batch_id: int, still: list[Held]) -> None:
+def write_held(directory: Path, batch_id: int, still: list[Held], ledger: pa.Table | None = None) -> None:
     """The rows batch ``batch_id`` left held, durably, before its state is saved (none: any file of
-    an earlier attempt at this batch removed)."""
+    an earlier attempt at this batch removed); ``ledger``: the batch's :func:`ledger_table`, where
+    rows admitted from it have their values."""
     path = path_of(directory, batch_id)
     if not still:
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({"partition": pa.array([h.key for h in still], pa.int32()),
-                      "ts_us": pa.array([h.item[0] for h in still], pa.int64()),
-                      "value": pa.array([h.item[1] for h in still], pa.binary())}, schema=HELD_SCHEMA)
+    if ledger is not None and all(isinstance(h.item[1], InBatch) for h in still):
+        table = ledger.take(pa.array([h.item[1].index for h in still], pa.int64()))  # (the values stay Arrow's)
+    else:
+        table = pa.table({"partition": pa.array([h.key for h in still], pa.int32()),
+                          "ts_us": pa.array([h.item[0] for h in still], pa.int64()),
+                          "value": pa.array([v for _ts, v in values_of(directory, [h.item for h in still], ledger)],
+                                            pa.binary())}, schema=HELD_SCHEMA)
 
     def write(f: Any) -> None:
         with pa.ipc.new_file(f, HELD_SCHEMA) as w:
@@ -160,17 +209,25 @@ def write_held(directory: Path, batch_id: int, still: list[Held]) -> None:
         h.item = (h.item[0], Spilled(batch_id, h.index))
 
 
-def values_of(directory: Path, items: list[Item]) -> list[tuple[int, "bytes | None"]]:
-    """Released rows with their values, those spilled read back from their batches' files, in order.
-    A file gone or short is an error (its rows would be lost); the batch fails, and loading the
-    state saved names the file (:func:`load`)."""
+def values_of(directory: Path, items: list[Item], ledger: pa.Table | None = None) -> list[tuple[int, "bytes | None"]]:
+    """Rows with their values, in order: those spilled read back from their batches' files, those of
+    the batch being applied taken from its ``ledger`` (:func:`ledger_table`). A file gone or short
+    is an error (its rows would be lost); the batch fails, and loading the state saved names the
+    file (:func:`load`)."""
     wanted: dict[int, list[int]] = {}
+    here: list[int] = []
     for _ts, v in items:
         if isinstance(v, Spilled):
             wanted.setdefault(v.batch_id, []).append(v.index)
-    if not wanted:
+        elif isinstance(v, InBatch):
+            here.append(v.index)
+    if not wanted and not here:
         return items  # type: ignore[return-value]
-    found: dict[Spilled, bytes | None] = {}
+    found: dict[Any, bytes | None] = {}
+    if here:
+        if ledger is None:
+            raise ValueError("ledger rows of the batch being applied, without its ledger rows")
+        found.update(zip(map(InBatch, here), ledger.column("value").take(pa.array(here, pa.int64())).to_pylist()))
     for b, rows in wanted.items():
         path = path_of(directory, b)
         try:
@@ -180,7 +237,7 @@ def values_of(directory: Path, items: list[Item]) -> list[tuple[int, "bytes | No
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"ledger rows held from batch {b} cannot be read back from {path}: {exc}") from exc
         found.update(zip((Spilled(b, i) for i in rows), got))
-    return [(ts, found[v] if isinstance(v, Spilled) else v) for ts, v in items]
+    return [(ts, found[v] if isinstance(v, (Spilled, InBatch)) else v) for ts, v in items]
 
 
 def _held_files(directory: Path) -> list[tuple[int, Path]]:

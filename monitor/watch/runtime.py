@@ -318,15 +318,13 @@ class WatchRuntime:
     def _ledger_due(self, batch_id: int, table: Any) -> list[tuple[int, bytes | None]]:
         """The ledger rows to apply before this batch's reads (:mod:`invariants.ledger_hold`); those
         it leaves held are written beside the state first."""
-        released, still = self.state.ledger_hold.take(
-            batch_id, held_ledger.ledger_rows(table), held_ledger.newest_read_us(table), held_ledger.read_ends(table),
-            drained=not held_ledger.cut_short(table, self.cfg.watch.max_offsets_per_trigger))
         try:
-            held_ledger.write_held(self.dir, batch_id, still)
-        except OSError as exc:
+            released = held_ledger.take(self.dir, self.state.ledger_hold, batch_id, table, drained=not held_ledger.cut_short(
+                table, self.cfg.watch.max_offsets_per_trigger))
+        except OSError as exc:  # (writing the rows held: reading them back fails as ValueError)
             raise state_store.StateSaveError(held_ledger.path_of(self.dir, batch_id), exc) from None
         self.ledger_held_peak = max(self.ledger_held_peak, self.state.ledger_hold.held())
-        return held_ledger.values_of(self.dir, released)
+        return released
 
     def release_held_ledger(self, at_end: bool = False) -> None:
         """Between batches: what is held is applied once Spark said a trigger read everything there

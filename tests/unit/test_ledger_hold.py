@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -184,7 +187,7 @@ def test_a_state_saved_before_the_hold_holds_nothing(tmp_path):
     assert back.ledger_hold.held() == 0 and back.ledger_hold.released_through == 4
 
 
-def test_the_readers_progress_and_a_batch_cut_short_from_the_decoded_rows():
+def test_the_readers_progress_and_a_batch_cut_short_from_the_decoded_rows(tmp_path):
     from monitor.watch.executor import DECODED_SCHEMA, decode_batches
 
     records = [_encoded((7, 1, s), 0) for s in range(10)]
@@ -199,7 +202,9 @@ def test_the_readers_progress_and_a_batch_cut_short_from_the_decoded_rows():
     # either reader's canary records; not a foreign record's time, not the ledger's, not a latency row's
     assert held_ledger.newest_read_us(decoded) == 500
     assert held_ledger.read_ends(decoded) == {0: 9, 1: 30}
-    assert held_ledger.ledger_rows(decoded) == [(0, None, (), (10**9, b"{}"))]  # not an entry: never held
+    ledger = held_ledger.ledger_table(decoded)
+    assert held_ledger.ledger_rows(ledger) == [(0, None, (), (10**9, held_ledger.InBatch(0)))]  # not an entry: never held
+    assert held_ledger.values_of(tmp_path, [(10**9, held_ledger.InBatch(0))], ledger) == [(10**9, b"{}")]
     # read_uncommitted read offsets 0..9 of partition 0 and 30 of partition 1: 11; read_committed 0..6: 7
     assert held_ledger.cut_short(decoded, 12) and not held_ledger.cut_short(decoded, 13)
     assert not held_ledger.cut_short(decoded.filter(pa.compute.equal(decoded.column("src"), 2)), 1)
@@ -284,11 +289,8 @@ def test_live_equals_audit_through_the_hold_with_restarts(tmp_path_factory, seed
                           "value": pa.array(val, pa.binary())})
         table = pa.Table.from_batches(list(decode_batches(table.to_batches(max_chunksize=rng.randint(1, 8)))),
                                       schema=DECODED_SCHEMA)
-        released, still = state.ledger_hold.take(b, held_ledger.ledger_rows(table), held_ledger.newest_read_us(table),
-                                                 held_ledger.read_ends(table),
-                                                 drained=rng.random() < 0.1)
-        held_ledger.write_held(directory, b, still)
-        apply_batch(state.checker, table, lambda name: TOPIC, ledger=held_ledger.values_of(directory, released))
+        released = held_ledger.take(directory, state.ledger_hold, b, table, drained=rng.random() < 0.1)
+        apply_batch(state.checker, table, lambda name: TOPIC, ledger=released)
         state.batch_id = b
         state_store.save(directory, state)
         held_ledger.prune(directory, state.ledger_hold, b)
@@ -423,6 +425,7 @@ def test_with_a_short_horizon_the_hold_changes_no_verdict_whatever_the_clocks(se
     whole, held = Checker(short), Checker(short)
     ledger_pace = rng.choice([1, 2, 12])
     hold = LedgerHold(0)
+    directory = Path(tempfile.mkdtemp())  # (the rows held: in files, as the watch holds them)
     b = 0
     while any(streams.values()):
         batch = []
@@ -437,12 +440,13 @@ def test_with_a_short_horizon_the_hold_changes_no_verdict_whatever_the_clocks(se
                           "value": pa.array(val, pa.binary())})
         table = pa.Table.from_batches(list(decode_batches(table.to_batches())), schema=DECODED_SCHEMA)
         apply_batch(whole, table, lambda name: TOPIC)
-        released, _still = hold.take(b, held_ledger.ledger_rows(table), held_ledger.newest_read_us(table),
-                                     held_ledger.read_ends(table), drained=rng.random() < 0.1)
+        released = held_ledger.take(directory, hold, b, table, drained=rng.random() < 0.1)
         apply_batch(held, table, lambda name: TOPIC, ledger=released)
         b += 1
     held.begin_batch()
-    apply_ledger_rows(held, hold.release_all(b), BatchStats())
+    apply_ledger_rows(held, held_ledger.values_of(directory, hold.release_all(b)), BatchStats())
+    shutil.rmtree(directory)
+
     def log(iso, p):
         reads = h.reads(iso, p)
         decoded, _mal, _ts = to_reads([r.offset for r in reads], [_encoded(r.ident, r.txn_id, r.intended_abort,
