@@ -136,12 +136,25 @@ class LedgerHold:
     read_high: dict[int, int] = field(default_factory=dict)  # canary partition -> the highest offset read so far
     _index: dict[int, _DueIndex] = field(default_factory=dict, repr=False)  # ledger partition -> its rows by due
     _next: dict[int, int] = field(default_factory=dict, repr=False)  # ledger partition -> the next row's n
+    _per_batch: dict[int, int] = field(default_factory=dict, repr=False)  # batch -> its rows still held
 
     def _admit(self, h: Held) -> None:
         h.n = self._next.get(h.key, 0)
         self._next[h.key] = h.n + 1
         self.queues.setdefault(h.key, deque()).append(h)
         self._index.setdefault(h.key, _DueIndex()).add(h)
+        self._per_batch[h.batch_id] = self._per_batch.get(h.batch_id, 0) + 1
+
+    def _released(self, h: Held) -> None:
+        left = self._per_batch[h.batch_id] - 1
+        if left:
+            self._per_batch[h.batch_id] = left
+        else:
+            del self._per_batch[h.batch_id]
+
+    def batches(self) -> list[int]:
+        """The batches with a row still held: the files the hold needs."""
+        return sorted(self._per_batch)
 
     def held(self) -> int:
         return sum(len(q) for q in list(self.queues.values()))  # (a copy: read without the batch lock too)
@@ -184,6 +197,7 @@ class LedgerHold:
         out = [h.item for key in sorted(self.queues) for h in self.queues[key]]
         self.queues.clear()
         self._index.clear()
+        self._per_batch.clear()
         self.released_through = max(self.released_through, batch_id)
         return out
 
@@ -199,6 +213,7 @@ class LedgerHold:
             last = index.due_through(self.threshold_us, self.read_high)
             while q and (q[0].n <= last or not q[0].acked):  # (then those that acknowledge nothing)
                 index.released(q[0])
+                self._released(q[0])
                 out.append(q.popleft().item)
             if not q:
                 del self.queues[key], self._index[key]
@@ -232,4 +247,4 @@ class LedgerHold:
 
     def to_doc(self) -> dict[str, Any]:
         return {"threshold_us": self.threshold_us, "released_through": self.released_through, "heads": self.heads(),
-                "read_high": sorted([p, off] for p, off in self.read_high.items())}
+                "read_high": sorted([p, off] for p, off in self.read_high.items()), "batches": self.batches()}

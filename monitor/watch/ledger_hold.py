@@ -4,20 +4,23 @@ a micro-batch brings, how near the canary readers are, whether the batch was cut
 
 **On disk.** The rows a batch leaves held are written to ``<state>/ledger-held/<batch id>.arrow``
 (Arrow IPC: partition, append time, value) before the state of that batch is saved; the state saves
-the threshold, the last batch that released everything and where each ledger partition's held rows
-begin (batch, row). Loading the state rebuilds the hold from the files of the batches after that
-one, up to the state's batch, so a restart (or a batch dropped half-applied) holds exactly what the
-saved state held; a file of a batch above the saved one is
-from a batch not saved and is ignored (written again when it is applied again). A file is deleted
-once a saved state released all its rows. Spark does not fetch held rows again: its checkpoint has
-moved past them.
+the threshold, the last batch that released everything, where each ledger partition's held rows
+begin (batch, row) and every batch with a row held. Loading the state rebuilds the hold from the
+files of the batches after the last that released everything, up to the state's batch, so a restart
+(or a batch dropped half-applied) holds exactly what the saved state held; a file a held row needs
+that is gone is an error naming it, never rows silently left out. A file of a batch above the saved
+one is from a batch not saved and is ignored (written again when it is applied again). A file is
+deleted once a saved state released all its rows. Spark does not fetch held rows again: its
+checkpoint has moved past them.
 
 **Values spilled.** Once a row's file is written, the hold keeps only where its value is in it
 (:class:`Spilled`: batch and row), not the value: a held row took about 1.1 KB of memory with its
 value (331 B of JSON on average, measured over outcome entries), and a catch-up of 50M reads holds
 up to about 340,000 rows. The values are read back from the files (memory-mapped, the value
 column's rows taken) when their rows are released (:func:`values_of`), before the state that
-released them is saved and so before their files can be pruned.
+released them is saved and so before their files can be pruned. A file gone meanwhile fails the
+batch, and the saved state can then not be loaded again: the watch saves nothing more
+(:meth:`monitor.watch.runtime.WatchRuntime._revert`) and must be restarted, which names the file.
 """
 
 from __future__ import annotations
@@ -271,6 +274,9 @@ def load(directory: Path, doc: dict[str, Any] | None, batch_id: int, lead_us: in
         if rows_in.get(b, 0) <= index:
             raise ValueError(f"ledger rows held from batch {b} (partition {key}) are missing: "
                              f"{path_of(directory, b)} is gone or short")
+    for b in doc.get("batches", []):  # (every file a row held needs, not only the heads': a state saved since 13c3bfa)
+        if b not in rows_in:
+            raise ValueError(f"ledger rows held from batch {b} are missing: {path_of(directory, b)} is gone")
     return LedgerHold.rebuild(lead_us, doc, files)
 
 

@@ -69,6 +69,7 @@ class WatchRuntime:
         self.lock = threading.RLock()
         self.watched = (cfg.canary.name,)
         self.owner = state_store.own(self.dir)  # one monitor per state: `vigil state rebuild` waits for none
+        self.unloadable: state_store.StateError | None = None  # why a revert failed (_revert): nothing more saved
         self.state = self._load()
         self.eos_feed = EosFeed(cfg) if cfg.eos.enabled else None
         # counted in memory but not yet saved (the state's volume full): saved with the next save,
@@ -127,8 +128,15 @@ class WatchRuntime:
 
     def _revert(self) -> None:
         """Back to the state saved last (a half-applied or unsaved batch dropped), with what was
-        counted since and not saved yet."""
-        self.state = self._load()
+        counted since and not saved yet. If the saved state cannot be loaded (a held ledger file gone
+        while the watch ran), the state in memory is half applied: it is never saved again (:meth:`_save`),
+        and the watch must be restarted, where loading names what is missing."""
+        try:
+            state = self._load()
+        except state_store.StateError as exc:
+            self.unloadable = exc
+            raise
+        self.state = state
         for v in self.unsaved_liveness:
             self.state.liveness[(v.invariant, v.isolation)] += 1
         self.state.restarts += self.unsaved_restarts
@@ -569,6 +577,9 @@ class WatchRuntime:
             raise
 
     def _save(self) -> None:
+        if self.unloadable is not None:
+            raise state_store.StateError(f"the checker state in memory is half applied and the state saved cannot be "
+                                         f"loaded ({self.unloadable}): nothing more is saved; restart the watch")
         self.state_bytes = state_store.save(self.dir, self.state)
         self.state_bytes_peak = max(self.state_bytes_peak, self.state_bytes)
         held_ledger.prune(self.dir, self.state.ledger_hold, self.state.batch_id)

@@ -97,6 +97,8 @@ def test_each_row_is_released_once_in_its_partition_s_order_and_none_stays_held_
         back = LedgerHold.rebuild(lead, json.loads(json.dumps(hold.to_doc())), files)
         assert {p: [h.item for h in q] for p, q in back.queues.items()} == \
                {p: [h.item for h in q] for p, q in hold.queues.items() if q}
+        # the batches whose files the rows held need (loading checks each is there)
+        assert hold.batches() == back.batches() == sorted({h.batch_id for q in hold.queues.values() for h in q})
         if b in restarts:
             hold = back  # a restart: the rebuilt hold (and its index) carries on
     assert hold.oldest_batch() == (min(q[0].batch_id for q in hold.queues.values()) if hold.held() else None)
@@ -459,6 +461,50 @@ def test_with_a_short_horizon_the_hold_changes_no_verdict_whatever_the_clocks(se
         ck.settle()
     assert dict(held.counts) == dict(whole.counts)
     assert held.expired_by_reason == whole.expired_by_reason
+
+
+def test_a_held_file_no_partition_begins_in_gone_is_a_clear_error_too(tmp_path):
+    """Rows held from three batches, the middle one's file gone: no partition's held rows begin in
+    it, and loading still names it (the state lists every batch a held row needs)."""
+    import pytest
+
+    st = state_store.WatchState(SETTINGS)
+    for b, ts in enumerate((10, 20, 30)):
+        _out, still = st.ledger_hold.take(b, rows((0, ts)), newest_read_us=0, read_ends={}, drained=False)
+        held_ledger.write_held(tmp_path, b, still)
+        st.batch_id = b
+    state_store.save(tmp_path, st)
+    assert st.ledger_hold.heads() == [[0, 0, 0]] and st.ledger_hold.batches() == [0, 1, 2]
+    held_ledger.path_of(tmp_path, 1).unlink()
+    with pytest.raises(state_store.StateError, match="ledger rows held from batch 1 are missing.*vigil state rebuild"):
+        state_store.load(tmp_path, SETTINGS)
+
+
+def test_a_held_file_gone_while_the_watch_runs_stops_every_save(tmp_path, monkeypatch):
+    """The rows held are read back from their files when released: a file gone meanwhile fails the
+    release, the saved state cannot be loaded again (its rows are missing), and the state in memory,
+    which released them, is never saved (it would say they were applied); the files are kept."""
+    import pytest
+
+    from tests.unit.test_watch_runtime import Df, runtime_maker
+
+    make = runtime_maker(tmp_path, monkeypatch)
+    rt = make()
+    rt.cfg.watch.max_offsets_per_trigger = 40  # cut short: the outcomes held
+    below, _ = parts(960, 4999)
+    _, ledger = parts(1000, 5000)
+    rt.handle_batch(Df(pa.concat_tables([below, ledger])), 0)
+    assert rt.state.ledger_hold.held() == 1
+    saved = (rt.dir / state_store.STATE_FILE).read_bytes()
+    held_ledger.path_of(rt.dir, 0).rename(tmp_path / "aside.arrow")
+    with pytest.raises(state_store.StateError, match="ledger rows held from batch 0 .* missing"):
+        rt.release_held_ledger(at_end=True)
+    with pytest.raises(state_store.StateError, match="half applied.*restart the watch"):
+        rt._save()
+    assert (rt.dir / state_store.STATE_FILE).read_bytes() == saved
+    rt.owner.release()
+    (tmp_path / "aside.arrow").rename(held_ledger.path_of(rt.dir, 0))  # put back: held again, as saved
+    assert make().state.ledger_hold.held() == 1
 
 
 def test_a_held_file_gone_is_a_clear_error_never_rows_silently_lost(tmp_path):
