@@ -78,6 +78,8 @@ class PeakRss:
         self._extra = extra
         self._exclude = exclude  # processes not counted, with their children (the local Kafka cluster's)
         self._excluded: set[int] = set()
+        self._highest = 0  # the highest sample, and how many were taken
+        self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
@@ -95,14 +97,14 @@ class PeakRss:
     def _tree(self) -> list[psutil.Process]:
         self._leave_out()
         me = psutil.Process()
-        out = [p for p in [me, *me.children(recursive=True)] if p.pid not in self._excluded]
-        for pid in self._extra():
+        found = [me, *me.children(recursive=True)]
+        for pid in self._extra():  # (a standalone cluster's daemons are this process's children too: once each)
             try:
                 root = psutil.Process(pid)
-                out += [root, *root.children(recursive=True)]
+                found += [root, *root.children(recursive=True)]
             except psutil.Error:
                 pass
-        return out
+        return list({p.pid: p for p in found if p.pid not in self._excluded}.values())
 
     def _cpu(self) -> dict[int, float]:
         """CPU seconds per process of the tree, children already reaped included (a Python worker
@@ -116,15 +118,21 @@ class PeakRss:
                 pass
         return out
 
+    def _sample(self) -> int:
+        total = 0
+        for p in self._tree():
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        self._highest = max(self._highest, total)
+        self._samples += 1
+        return total
+
     def _run(self, interval: float) -> None:
         last = 0
         while not self._stop.is_set():
-            total = 0
-            for p in self._tree():
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
+            total = self._sample()
             # a peak counts once two samples in a row reach it: a child the JVM or Python is
             # spawning shares its parent's memory until it execs, and its RSS reads as the
             # parent's; caught in one sample, it counted Spark's JVM twice (+1.1 to 1.8 GB in 4 of
@@ -139,10 +147,16 @@ class PeakRss:
         return self
 
     def __exit__(self, *_exc: Any) -> None:
-        end = self._cpu()  # (of the processes counted at the end: one left out later is not in it at all)
-        self.cpu_seconds = sum(cpu - self._cpu_start.get(pid, 0.0) for pid, cpu in end.items())
+        # the tree's CPU at the end less at the start, both without the processes left out by then
+        # (a process that exited meanwhile counts in its parent's children_* at the end, if reaped)
+        end = self._cpu()
+        self.cpu_seconds = sum(end.values()) - sum(cpu for pid, cpu in self._cpu_start.items()
+                                                   if pid not in self._excluded)
         self._stop.set()
         self._thread.join()
+        if self._samples < 2:  # (too short a window for two samples in a row: the highest of one more)
+            self._sample()
+            self.peak = max(self.peak, self._highest)
 
     def figures(self, reads: int, seconds: float) -> dict[str, float]:
         return {"reads": reads, "seconds": round(seconds, 2), "records_per_s": round(reads / seconds),
@@ -350,6 +364,8 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
                 runtime.catch_up()  # the last batch applied (watch.overlap_check): counted in the time
                 runtime.release_held_ledger(at_end=True)  # (the last batch may look cut short)
                 secs = time.monotonic() - t
+            if runtime.unloadable is not None:
+                raise runtime.unloadable
             ck = runtime.state.checker
             n = sum(ck.records_checked.values())
             result.figures["checker"] = {

@@ -274,7 +274,7 @@ def load(directory: Path, doc: dict[str, Any] | None, batch_id: int, lead_us: in
         if rows_in.get(b, 0) <= index:
             raise ValueError(f"ledger rows held from batch {b} (partition {key}) are missing: "
                              f"{path_of(directory, b)} is gone or short")
-    for b in doc.get("batches", []):  # (every file a row held needs, not only the heads': a state saved since 13c3bfa)
+    for b in doc.get("batches", []):  # every file a row held needs, not only the heads' (states saved since 6d3adcf)
         if b not in rows_in:
             raise ValueError(f"ledger rows held from batch {b} are missing: {path_of(directory, b)} is gone")
     return LedgerHold.rebuild(lead_us, doc, files)

@@ -193,6 +193,8 @@ def run_watch(cfg: Config, runtime: WatchRuntime, duration: float | None = None,
         if runtime.eos_feed is not None:
             runtime.eos_feed.close()  # (waits for a sample in progress)
         spark.stop()
+    if runtime.unloadable is not None:  # a batch failed and the saved state could not be loaded again
+        raise runtime.unloadable
 
 
 def watch(cfg: Config, duration: float | None = None, progress: Callable[[str], None] = lambda _m: None,

@@ -135,7 +135,9 @@ class WatchRuntime:
             state = self._load()
         except state_store.StateError as exc:
             self.unloadable = exc
+            self.stop.set()  # the watch stops and fails with it (run_watch)
             raise
+        self.unloadable = None  # (the state in memory is the saved one again)
         self.state = state
         for v in self.unsaved_liveness:
             self.state.liveness[(v.invariant, v.isolation)] += 1
@@ -327,8 +329,8 @@ class WatchRuntime:
         """The ledger rows to apply before this batch's reads (:mod:`invariants.ledger_hold`); those
         it leaves held are written beside the state first."""
         try:
-            released = held_ledger.take(self.dir, self.state.ledger_hold, batch_id, table, drained=not held_ledger.cut_short(
-                table, self.cfg.watch.max_offsets_per_trigger))
+            drained = not held_ledger.cut_short(table, self.cfg.watch.max_offsets_per_trigger)
+            released = held_ledger.take(self.dir, self.state.ledger_hold, batch_id, table, drained)
         except OSError as exc:  # (writing the rows held: reading them back fails as ValueError)
             raise state_store.StateSaveError(held_ledger.path_of(self.dir, batch_id), exc) from None
         self.ledger_held_peak = max(self.ledger_held_peak, self.state.ledger_hold.held())
@@ -560,6 +562,7 @@ class WatchRuntime:
     def _persist(self, batch_id: int, violations: list[Violation]) -> None:
         """Write the evidence of ``violations`` (and of liveness counted but not saved yet), then
         save the state; on failure the state in memory says the evidence written before."""
+        self._refuse_half_applied()  # (before its evidence is written)
         st = self.state
         st.open_episodes = self.prober.snapshot().open_episodes
         todo = self.unsaved_liveness + violations
@@ -576,10 +579,13 @@ class WatchRuntime:
             st.evidence_bytes = before  # the lines written are cut off by the next write
             raise
 
-    def _save(self) -> None:
+    def _refuse_half_applied(self) -> None:
         if self.unloadable is not None:
             raise state_store.StateError(f"the checker state in memory is half applied and the state saved cannot be "
                                          f"loaded ({self.unloadable}): nothing more is saved; restart the watch")
+
+    def _save(self) -> None:
+        self._refuse_half_applied()
         self.state_bytes = state_store.save(self.dir, self.state)
         self.state_bytes_peak = max(self.state_bytes_peak, self.state_bytes)
         held_ledger.prune(self.dir, self.state.ledger_hold, self.state.batch_id)

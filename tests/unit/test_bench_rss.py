@@ -89,3 +89,15 @@ def test_a_peak_counts_once_two_samples_in_a_row_reach_it(monkeypatch):
         time.sleep(0.5)
     assert rss.peak == 300 * mb
 
+
+def test_a_window_too_short_for_two_samples_still_has_a_peak_and_a_child_counts_once():
+    """Under two samples (a reader that finished within one interval) the highest sample is the
+    peak, not 0; a process found both as a child and as ``extra`` (a standalone cluster's daemon)
+    counts once."""
+    me = psutil.Process().pid
+    with PeakRss(interval=10.0) as rss:
+        pass
+    assert rss.peak > 0
+    once = PeakRss(extra=lambda: [me])
+    assert [p.pid for p in once._tree()].count(me) == 1
+

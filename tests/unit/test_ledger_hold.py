@@ -205,7 +205,8 @@ def test_the_readers_progress_and_a_batch_cut_short_from_the_decoded_rows(tmp_pa
     assert held_ledger.newest_read_us(decoded) == 500
     assert held_ledger.read_ends(decoded) == {0: 9, 1: 30}
     ledger = held_ledger.ledger_table(decoded)
-    assert held_ledger.ledger_rows(ledger) == [(0, None, (), (10**9, held_ledger.InBatch(0)))]  # not an entry: never held
+    # not an entry: never held; its value left in the batch's ledger rows
+    assert held_ledger.ledger_rows(ledger) == [(0, None, (), (10**9, held_ledger.InBatch(0)))]
     assert held_ledger.values_of(tmp_path, [(10**9, held_ledger.InBatch(0))], ledger) == [(10**9, b"{}")]
     # read_uncommitted read offsets 0..9 of partition 0 and 30 of partition 1: 11; read_committed 0..6: 7
     assert held_ledger.cut_short(decoded, 12) and not held_ledger.cut_short(decoded, 13)
@@ -499,11 +500,15 @@ def test_a_held_file_gone_while_the_watch_runs_stops_every_save(tmp_path, monkey
     held_ledger.path_of(rt.dir, 0).rename(tmp_path / "aside.arrow")
     with pytest.raises(state_store.StateError, match="ledger rows held from batch 0 .* missing"):
         rt.release_held_ledger(at_end=True)
+    assert rt.stop.is_set()  # the watch stops, and fails with it (run_watch)
     with pytest.raises(state_store.StateError, match="half applied.*restart the watch"):
         rt._save()
     assert (rt.dir / state_store.STATE_FILE).read_bytes() == saved
-    rt.owner.release()
     (tmp_path / "aside.arrow").rename(held_ledger.path_of(rt.dir, 0))  # put back: held again, as saved
+    rt._revert()
+    assert rt.unloadable is None and rt.state.ledger_hold.held() == 1
+    rt._save()
+    rt.owner.release()
     assert make().state.ledger_hold.held() == 1
 
 
