@@ -75,15 +75,24 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
     return checker.settle(), stats
 
 
+LEDGER_ROWS_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64()), ("value", pa.binary())])
+
+
+def ledger_table(table: pa.Table) -> pa.Table:
+    """The batch's ledger rows (partition, append time µs (0: none), value), in offset order per partition."""
+    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
+    if ledger.num_rows:
+        ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    stamps = (pc.fill_null(ledger.column("ts_us"), 0) if "ts_us" in ledger.column_names
+              else pa.array([0] * ledger.num_rows, pa.int64()))
+    return pa.table({"partition": pc.cast(ledger.column("partition"), pa.int32()), "ts_us": pc.cast(stamps, pa.int64()),
+                     "value": pc.cast(ledger.column("value"), pa.binary())}, schema=LEDGER_ROWS_SCHEMA)
+
+
 def ledger_of(table: pa.Table) -> list[tuple[int, int, bytes | None]]:
     """The batch's ledger rows, (partition, append time µs, value), in offset order per partition."""
-    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
-    if not ledger.num_rows:
-        return []
-    ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    stamps = ledger.column("ts_us").to_pylist() if "ts_us" in ledger.column_names else [0] * ledger.num_rows
-    return [(p, ts or 0, v) for p, ts, v in zip(ledger.column("partition").to_pylist(), stamps,
-                                                 ledger.column("value").to_pylist())]
+    ledger = ledger_table(table)
+    return list(zip(*(ledger.column(c).to_pylist() for c in LEDGER_ROWS_SCHEMA.names)))
 
 
 def apply_ledger_rows(checker: Checker, rows: list[tuple[int, bytes | None]], stats: BatchStats) -> None:

@@ -26,7 +26,7 @@ batch, and the saved state can then not be loaded again: the watch saves nothing
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from invariants.ledger_hold import Held, LedgerHold
 from monitor.durable import replace_durably
 from invariants.ledger_format import LedgerFormatError, Outcomes, WriteOutcome, decode
-from monitor.watch.batch import SRC_LEDGER
+from monitor.watch.batch import LEDGER_ROWS_SCHEMA, ledger_table
 from monitor.watch.executor import KIND_CANARY, KIND_LATENCY
 
 
@@ -56,41 +56,25 @@ Item = tuple[int, "bytes | None | Spilled | InBatch"]  # a ledger row: (append t
 
 HELD_DIR = "ledger-held"
 CANARY_SOURCES = (0, 1)  # the canary's read_committed and read_uncommitted sources
-HELD_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64()), ("value", pa.binary())])
+HELD_SCHEMA = LEDGER_ROWS_SCHEMA  # a held file: the rows of a batch's ledger_table left held
 
 
 DECODE_CHUNK = 8192  # ledger rows whose values are Python objects at once, while a batch's are admitted
 
 
-def ledger_table(table: pa.Table) -> pa.Table:
-    """The batch's ledger rows (partition, append time µs, value), in offset order per partition."""
-    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
-    if ledger.num_rows:
-        ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    stamps = (pc.fill_null(ledger.column("ts_us"), 0) if "ts_us" in ledger.column_names
-              else pa.array([0] * ledger.num_rows, pa.int64()))
-    return pa.table({"partition": pc.cast(ledger.column("partition"), pa.int32()), "ts_us": pc.cast(stamps, pa.int64()),
-                     "value": pc.cast(ledger.column("value"), pa.binary())}, schema=HELD_SCHEMA)
-
-
-def ledger_rows(ledger: pa.Table) -> list[tuple[int, int | None, tuple[tuple[int, int], ...], Item]]:
-    """The rows of :func:`ledger_table` as the hold admits them, their values left in it
-    (:class:`InBatch`): a catch-up's first batch may fetch most of its backlog's ledger, and its
-    values as Python objects were the monitor's peak of memory."""
+def ledger_rows(ledger: pa.Table, where: Callable[[int], Any] = InBatch
+                ) -> list[tuple[int, int | None, tuple[tuple[int, int], ...], Item]]:
+    """The rows of a :func:`ledger_table` (or of a held file) as the hold admits them, their values
+    left in it: ``where`` says where row i's value is (:class:`InBatch`, :class:`Spilled`). A
+    catch-up's first batch may fetch most of its backlog's ledger, and its values as Python objects
+    were the monitor's peak of memory."""
     partitions, stamps = ledger.column("partition").to_pylist(), ledger.column("ts_us").to_pylist()
     out = []
     for start in range(0, ledger.num_rows, DECODE_CHUNK):
         for i, value in enumerate(ledger.column("value").slice(start, DECODE_CHUNK).to_pylist(), start):
             ts, acked = due_of(value, stamps[i])
-            out.append((partitions[i], ts, acked, (stamps[i], InBatch(i))))
+            out.append((partitions[i], ts, acked, (stamps[i], where(i))))
     return out
-
-
-def admitted(partition: int, append_ts_us: int, value: bytes | None
-             ) -> tuple[int, int | None, tuple[tuple[int, int], ...], Item]:
-    """A ledger row as the hold sees it, its value with it: :func:`due_of`, and the row ((append
-    time, value))."""
-    return (partition, *due_of(value, append_ts_us), (append_ts_us, value))
 
 
 def due_of(value: bytes | None, append_ts_us: int) -> tuple[int | None, tuple[tuple[int, int], ...]]:
@@ -266,9 +250,7 @@ def load(directory: Path, doc: dict[str, Any] | None, batch_id: int, lead_us: in
         if doc["released_through"] < b <= batch_id:
             with pa.memory_map(str(path)) as source:
                 t = pa.ipc.open_file(source).read_all()
-            files.append((b, [(p, ts, acked, (item[0], Spilled(b, i))) for i, (p, ts, acked, item) in enumerate(
-                admitted(p, ts, v) for p, ts, v in zip(t.column("partition").to_pylist(), t.column("ts_us").to_pylist(),
-                                                       t.column("value").to_pylist()))]))
+            files.append((b, ledger_rows(t, lambda i, b=b: Spilled(b, i))))
     rows_in = dict((b, len(rows)) for b, rows in files)
     for key, b, index in doc.get("heads", []):  # Spark's checkpoint is past these rows: never silently lost
         if rows_in.get(b, 0) <= index:

@@ -122,8 +122,9 @@ def rows(*specs) -> list:
     (the writer's clock and the append time alike) into ledger partition ``p``."""
     from invariants.ledger_format import LedgerEntry, OutcomeRun, Outcomes, WriteOutcome, WriterRef, encode
 
-    return [held_ledger.admitted(p, ts, encode(LedgerEntry(WriterRef("w", 7, 1), ts, ts, Outcomes("T", (
-        OutcomeRun(0, ts, 1, WriteOutcome.ACKED, 10**6 + ts, 0, 0),))))) for p, ts in specs]
+    values = [encode(LedgerEntry(WriterRef("w", 7, 1), ts, ts, Outcomes("T", (
+        OutcomeRun(0, ts, 1, WriteOutcome.ACKED, 10**6 + ts, 0, 0),)))) for _p, ts in specs]
+    return [(p, *held_ledger.due_of(v, ts), (ts, v)) for (p, ts), v in zip(specs, values)]  # (its value with it)
 
 
 def values(items) -> list:
