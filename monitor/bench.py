@@ -8,7 +8,9 @@ Over one pre-filled topic of canary records (with their ledger, as a real writer
     JVM or the executors decode, ``watch.decode_on``, that decoding is part of it; ``rows`` counts the Kafka
     rows, ``driver_rows`` what reached this process) (``ratio_fetch_to_spark``: the most a checker of those
     rows can reach);
-(c) the full checker (the ``vigil watch`` batch handler with a fresh checkpoint).
+(c) the full checker (the ``vigil watch`` batch handler with a fresh checkpoint);
+(d) with ``--only ...,tws``: per-partition state on the executors, ``transformWithStateInPandas``
+    (:mod:`monitor.bench_tws`: a part of the checking only, the most that direction could reach).
 
 Each figure counts every isolation level's read (so 2 × records). (b) and (c) run with the
 ``availableNow`` trigger and ``watch.max_offsets_per_trigger``. Peak RSS is sampled over this
@@ -60,6 +62,9 @@ class BenchResult:
         out: dict[str, Any] = {"records": self.records, "partitions": self.partitions, **self.figures}
         if "checker" in self.figures and "spark_noop" in self.figures:
             out["ratio_checker_to_spark"] = round(self.rate("checker") / self.rate("spark_noop"), 3)
+        if "per_partition_state" in self.figures and "spark_noop" in self.figures:
+            out["ratio_per_partition_state_to_spark"] = round(
+                self.rate("per_partition_state") / self.rate("spark_noop"), 3)
         if "fetch_only" in self.figures and "spark_noop" in self.figures:  # the most any checker here can reach
             out["ratio_fetch_to_spark"] = round(self.rate("fetch_only") / self.rate("spark_noop"), 3)
         if "checker" in self.figures and "bare_consumer" in self.figures:
@@ -309,7 +314,7 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             n = bare_consumer(cfg, partitions)
             secs = time.monotonic() - t
         result.figures["bare_consumer"] = rss.figures(n, secs)
-    if not {"spark", "checker"} & set(which):
+    if not {"spark", "checker", "tws"} & set(which):
         return result
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-"))
     cluster = StandaloneSpark(tmp / "spark", workers=standalone, port_base=27277, java_home=cfg.watch.java_home)
@@ -376,6 +381,15 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
                 "reads_per_row": round(n / max(runtime.rows_in, 1), 1),  # what the executors' runs saved the driver
                 "batch_seconds": {k: round(v, 1) for k, v in sorted(runtime.batch_seconds.items())},
             }
+        if "tws" in which:
+            from monitor.bench_tws import run_per_partition
+
+            progress("(d) per-partition state on the executors (transformWithStateInPandas, a part of the checks)")
+            with PeakRss(extra=extra, exclude=brokers) as rss:
+                t = time.monotonic()
+                found = run_per_partition(spark, cfg, tmp / "tws")
+                secs = time.monotonic() - t
+            result.figures["per_partition_state"] = {**rss.figures(found["reads"], secs), **found}
     finally:
         if spark is not None:
             spark.stop()

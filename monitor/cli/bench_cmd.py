@@ -13,7 +13,8 @@ from monitor.cli.common import ConfigOption, console, err_console, load_config, 
 def bench(
     config: Optional[Path] = ConfigOption,
     records: int = typer.Option(5_000_000, min=1000, help="Canary records to pre-fill (once; reused later)."),
-    only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker,live (default: the first three)."),
+    only: Optional[str] = typer.Option(None, help="Comma list of bare,spark,checker,tws,live (default: the first "
+                                       "three; tws: per-partition state in transformWithStateInPandas, compared)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
     live: bool = typer.Option(False, "--live", help="Also measure live: produce-to-checked and detection "
                               "latency under load (`vigil run` plus drills; about 5 minutes)."),
@@ -81,7 +82,7 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
     from monitor.bench import run_bench
 
     which = tuple((only or "bare,spark,checker").split(",")) + (("live",) if live else ())
-    unknown = set(which) - {"bare", "spark", "checker", "live"}
+    unknown = set(which) - {"bare", "spark", "checker", "tws", "live"}
     if unknown:
         raise typer.BadParameter(f"unknown: {', '.join(sorted(unknown))}", param_hint="--only")
     result = run_bench(cfg, records, which, progress, standalone, warm).to_json() if set(which) - {"live"} else {}
@@ -96,7 +97,7 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
         w = result["warmup"]
         console.print(f"warm-up        {w['rows']:,} Kafka rows fetched untimed in {w['seconds']} s "
                       f"({w['driver_rows']:,} rows reached the driver)")
-    for name in ("bare_consumer", "spark_noop", "fetch_only", "checker"):
+    for name in ("bare_consumer", "spark_noop", "fetch_only", "checker", "per_partition_state"):
         if name in result:
             f = result[name]
             console.print(f"{name:14} {f['records_per_s']:>12,} records/s  ({f['reads']:,} reads in "
@@ -107,7 +108,8 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
         console.print(f"checker state  {f['state_mb']} MB at the end, {f['state_mb_peak']} MB at most "
                       f"({f['batches']} batches); ledger rows held ahead of the readers: "
                       f"{f.get('ledger_held_peak', 0):,} at most")
-    for key in ("ratio_checker_to_spark", "ratio_fetch_to_spark", "ratio_checker_to_bare"):
+    for key in ("ratio_checker_to_spark", "ratio_fetch_to_spark", "ratio_checker_to_bare",
+                "ratio_per_partition_state_to_spark"):
         if key in result:
             console.print(f"{key}: {result[key]}")
     if "live" in result:

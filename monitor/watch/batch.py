@@ -79,10 +79,14 @@ LEDGER_ROWS_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64())
 
 
 def ledger_table(table: pa.Table) -> pa.Table:
-    """The batch's ledger rows (partition, append time µs (0: none), value), in offset order per partition."""
-    ledger = table.filter(pc.equal(table.column("src"), SRC_LEDGER))
-    if ledger.num_rows:
-        ledger = ledger.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    """The batch's ledger rows (partition, append time µs (0: none), value), in offset order per partition.
+    Their values are copied once (one ``take``; a filter and then a sort copied them twice, and a catch-up's
+    first batch may bring most of its backlog's ledger)."""
+    rows = pc.indices_nonzero(pc.equal(table.column("src"), SRC_LEDGER))
+    if len(rows):
+        where = pa.table({c: table.column(c).take(rows) for c in ("partition", "offset")})
+        rows = rows.take(pc.sort_indices(where, sort_keys=[("partition", "ascending"), ("offset", "ascending")]))
+    ledger = table.select([c for c in ("partition", "ts_us", "value") if c in table.column_names]).take(rows)
     stamps = (pc.fill_null(ledger.column("ts_us"), 0) if "ts_us" in ledger.column_names
               else pa.array([0] * ledger.num_rows, pa.int64()))
     return pa.table({"partition": pc.cast(ledger.column("partition"), pa.int32()), "ts_us": pc.cast(stamps, pa.int64()),

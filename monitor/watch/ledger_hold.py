@@ -26,7 +26,7 @@ batch, and the saved state can then not be loaded again: the watch saves nothing
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,6 +60,7 @@ HELD_SCHEMA = LEDGER_ROWS_SCHEMA  # a held file: the rows of a batch's ledger_ta
 
 
 DECODE_CHUNK = 8192  # ledger rows whose values are Python objects at once, while a batch's are admitted
+WRITE_CHUNK = 8192  # held rows whose values are copied at once, while a batch's file is written
 
 
 def ledger_rows(ledger: pa.Table, where: Callable[[int], Any] = InBatch
@@ -180,16 +181,24 @@ def write_held(directory: Path, batch_id: int, still: list[Held], ledger: pa.Tab
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     if ledger is not None and all(isinstance(h.item[1], InBatch) for h in still):
-        table = ledger.take(pa.array([h.item[1].index for h in still], pa.int64()))  # (the values stay Arrow's)
+        rows = pa.array([h.item[1].index for h in still], pa.int64())  # (the values stay Arrow's)
+
+        def parts() -> Iterator[pa.Table]:  # (one chunk's copy of the values at a time, not the batch's)
+            for start in range(0, len(rows), WRITE_CHUNK):
+                yield ledger.take(rows.slice(start, WRITE_CHUNK))
     else:
         table = pa.table({"partition": pa.array([h.key for h in still], pa.int32()),
                           "ts_us": pa.array([h.item[0] for h in still], pa.int64()),
                           "value": pa.array([v for _ts, v in values_of(directory, [h.item for h in still], ledger)],
                                             pa.binary())}, schema=HELD_SCHEMA)
 
+        def parts() -> Iterator[pa.Table]:
+            yield table
+
     def write(f: Any) -> None:
         with pa.ipc.new_file(f, HELD_SCHEMA) as w:
-            w.write_table(table)
+            for part in parts():
+                w.write_table(part)
 
     replace_durably(path, write)
     for h in still:  # written: the values are read back from the file when released

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -280,29 +281,31 @@ def test_live_equals_audit_through_the_hold_with_restarts(tmp_path_factory, seed
         streams.setdefault((row[0], row[2]), []).append(row)
     state = state_store.WatchState(SETTINGS)
     state.ledger_hold.lead_us = rng.choice([0, 500, 5000])
-    b = 0
-    while any(streams.values()):
-        batch = []
-        for key in list(streams):
-            k = rng.randint(0, 5)
-            batch += streams[key][:k]
-            streams[key] = streams[key][k:]
-        src, topic, part, off, val, ts = zip(*batch) if batch else ((), (), (), (), (), ())
-        table = pa.table({"src": pa.array(src, pa.int8()), "topic": list(topic), "partition": pa.array(part, pa.int32()),
-                          "offset": pa.array(off, pa.int64()), "ts_us": pa.array(ts, pa.int64()),
-                          "value": pa.array(val, pa.binary())})
-        table = pa.Table.from_batches(list(decode_batches(table.to_batches(max_chunksize=rng.randint(1, 8)))),
-                                      schema=DECODED_SCHEMA)
-        released = held_ledger.take(directory, state.ledger_hold, b, table, drained=rng.random() < 0.1)
-        apply_batch(state.checker, table, lambda name: TOPIC, ledger=released)
-        state.batch_id = b
-        state_store.save(directory, state)
-        held_ledger.prune(directory, state.ledger_hold, b)
-        b += 1
-        if rng.random() < 0.3:
-            lead = state.ledger_hold.lead_us
-            state = state_store.load(directory, SETTINGS)
-            state.ledger_hold.lead_us = lead
+    # a held file written in one piece or in many (held_ledger.WRITE_CHUNK)
+    with patch.object(held_ledger, "WRITE_CHUNK", rng.choice([1, 3, held_ledger.WRITE_CHUNK])):
+        b = 0
+        while any(streams.values()):
+            batch = []
+            for key in list(streams):
+                k = rng.randint(0, 5)
+                batch += streams[key][:k]
+                streams[key] = streams[key][k:]
+            src, topic, part, off, val, ts = zip(*batch) if batch else ((), (), (), (), (), ())
+            table = pa.table({"src": pa.array(src, pa.int8()), "topic": list(topic),
+                              "partition": pa.array(part, pa.int32()), "offset": pa.array(off, pa.int64()),
+                              "ts_us": pa.array(ts, pa.int64()), "value": pa.array(val, pa.binary())})
+            table = pa.Table.from_batches(list(decode_batches(table.to_batches(max_chunksize=rng.randint(1, 8)))),
+                                          schema=DECODED_SCHEMA)
+            released = held_ledger.take(directory, state.ledger_hold, b, table, drained=rng.random() < 0.1)
+            apply_batch(state.checker, table, lambda name: TOPIC, ledger=released)
+            state.batch_id = b
+            state_store.save(directory, state)
+            held_ledger.prune(directory, state.ledger_hold, b)
+            b += 1
+            if rng.random() < 0.3:
+                lead = state.ledger_hold.lead_us
+                state = state_store.load(directory, SETTINGS)
+                state.ledger_hold.lead_us = lead
     checker: Checker = state.checker
     from monitor.watch.batch import BatchStats, apply_ledger_rows
 
