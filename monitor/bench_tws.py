@@ -1,4 +1,4 @@
-"""``vigil bench --only tws``: (d) the alternative issue 12 names, measured beside (b) and (c).
+"""``vigil bench --only tws``: (d) the other design for checking on the executors, measured beside (b) and (c).
 
 Per-partition state on the executors: the two canary sources' rows (their 48-byte headers only, as
 the checker's fetch takes them) grouped by (reader, partition) and judged by

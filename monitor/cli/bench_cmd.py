@@ -100,8 +100,9 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
     for name in ("bare_consumer", "spark_noop", "fetch_only", "checker", "per_partition_state"):
         if name in result:
             f = result[name]
+            kinds = ", ".join(f"{k} {v}" for k, v in f.get("peak_rss_mb_by_kind", {}).items())
             console.print(f"{name:14} {f['records_per_s']:>12,} records/s  ({f['reads']:,} reads in "
-                          f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB, "
+                          f"{f['seconds']} s, peak RSS {f['peak_rss_mb']} MB ({kinds}), "
                           f"{f['cpu_s_per_m_reads']} CPU s per million reads)")
     if "checker" in result:
         f = result["checker"]

@@ -85,11 +85,13 @@ def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app:
 
 def driver_java_options(cfg: Config, log_config: Path, java: Java | None = None) -> str:
     """spark.driver.extraJavaOptions: the log configuration, the class-data archive when
-    ``watch.class_data_sharing`` (and this process starts the driver), then ``watch.driver_java_options``."""
+    ``watch.class_data_sharing`` (and this process starts the driver), ``watch.driver_gc_time_ratio``,
+    then ``watch.driver_java_options`` (whose options win over these: the JVM takes an option's last)."""
     archive = ""
     if cfg.watch.class_data_sharing and cfg.watch.spark_master and java is not None:
         archive = cds.java_option(java)
-    return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}", archive,
+    gc = f"-XX:GCTimeRatio={cfg.watch.driver_gc_time_ratio}" if cfg.watch.driver_gc_time_ratio else ""
+    return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}", archive, gc,
                                   cfg.watch.driver_java_options.strip()]))
 
 
@@ -98,7 +100,7 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
     reader = spark.readStream.format("kafka")
     for key, value in client_config.spark_source(cfg, ledger).items():
         reader = reader.option(key, value)
-    df = (
+    reader = (
         reader.option("subscribe", topic)
         .option("startingOffsets", cfg.watch.starting_offsets)
         .option("failOnDataLoss", "false")
@@ -106,8 +108,10 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
         .option("kafkaConsumer.pollTimeoutMs", str(cfg.watch.poll_timeout_ms))
         .option("kafka.isolation.level", isolation)
         .option("kafka.fetch.max.wait.ms", str(cfg.watch.fetch_max_wait_ms))
-        .load()
     )
+    if ledger and cfg.watch.ledger_records_per_task:  # (never the canary's: a task is one offset range there)
+        reader = reader.option("maxRecordsPerPartition", str(cfg.watch.ledger_records_per_task))
+    df = reader.load()
     columns = [F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset"]
     if headers_only:  # only what the checker needs of a canary record leaves the JVM (executor.decode_values)
         columns += [F.substring("value", 1, HEADER_SIZE).alias("value"), F.length("value").alias("vlen"),

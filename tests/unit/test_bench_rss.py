@@ -78,6 +78,9 @@ def test_a_peak_counts_once_two_samples_in_a_row_reach_it(monkeypatch):
     class Sampled:
         pid = 1
 
+        def name(self):
+            return "python3"
+
         def memory_info(self):
             return SimpleNamespace(rss=next(readings, 120) * mb)
 
@@ -101,3 +104,33 @@ def test_a_window_too_short_for_two_samples_still_has_a_peak_and_a_child_counts_
     once = PeakRss(extra=lambda: [me])
     assert [p.pid for p in once._tree()].count(me) == 1
 
+
+
+def test_the_jvms_and_the_python_processes_peak_apart(monkeypatch):
+    """``peak_rss_mb_by_kind``: Spark's JVMs and the Python processes, each its own peak under the
+    total's rule (two samples in a row), so a run says which of them grew."""
+    from types import SimpleNamespace
+
+    mb = 2**20
+    jvm = iter([500, 500, 9000, 500, 700, 700, 600])  # (MB) a one-sample spike, then a level of two
+    py = iter([100, 100, 100, 400, 400, 100, 100])
+
+    class Sampled:
+        def __init__(self, pid, name, readings):
+            self.pid, self._name, self._readings = pid, name, readings
+
+        def name(self):
+            return self._name
+
+        def memory_info(self):
+            return SimpleNamespace(rss=next(self._readings, 100) * mb)
+
+        def cpu_times(self):
+            return SimpleNamespace(user=0.0, system=0.0, children_user=0.0, children_system=0.0)
+
+    procs = [Sampled(1, "java", jvm), Sampled(2, "python3.11", py)]
+    monkeypatch.setattr(PeakRss, "_tree", lambda self: procs)
+    with PeakRss(interval=0.01) as rss:
+        time.sleep(0.5)
+    assert rss.figures(1, 1.0)["peak_rss_mb_by_kind"] == {"jvm": 700, "python": 400}
+    assert rss.peak == 900 * mb  # (the total's own: the kinds' peaks need not come at one moment)

@@ -27,9 +27,12 @@ def test_the_drivers_java_options_follow_the_log_configuration(tmp_path):
     from monitor.watch.spark import driver_java_options
 
     log = tmp_path / "log4j2.properties"
-    assert driver_java_options(parse({}), log) == f"-Dlog4j2.configurationFile={log.resolve()}"
-    cfg = parse({"watch": {"driver_java_options": " -XX:TieredStopAtLevel=1 -Dx=y "}})
-    assert driver_java_options(cfg, log) == f"-Dlog4j2.configurationFile={log.resolve()} -XX:TieredStopAtLevel=1 -Dx=y"
+    logs = f"-Dlog4j2.configurationFile={log.resolve()}"
+    assert driver_java_options(parse({}), log) == f"{logs} -XX:GCTimeRatio=4"
+    cfg = parse({"watch": {"driver_java_options": " -XX:TieredStopAtLevel=1 -Dx=y ", "driver_gc_time_ratio": 0}})
+    assert driver_java_options(cfg, log) == f"{logs} -XX:TieredStopAtLevel=1 -Dx=y"
+    cfg = parse({"watch": {"driver_java_options": "-XX:GCTimeRatio=9"}})  # (the JVM takes the last: the user's)
+    assert driver_java_options(cfg, log) == f"{logs} -XX:GCTimeRatio=4 -XX:GCTimeRatio=9"
 
 
 def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monkeypatch):
@@ -40,7 +43,7 @@ def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monk
     monkeypatch.setattr(cds, "CDS_DIR", tmp_path / "cds")
     java = Java("/usr/lib/jvm/java-17/bin/java", 17, 'openjdk version "17.0.15"')
     log = tmp_path / "log4j2.properties"
-    cfg = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1"}})
+    cfg = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "driver_gc_time_ratio": 0}})
     plain = f"-Dlog4j2.configurationFile={log.resolve()} -XX:TieredStopAtLevel=1"
     assert driver_java_options(cfg, log, java) == plain  # no archive yet: started as before
     archive = cds.archive_path(java)
@@ -49,9 +52,11 @@ def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monk
     archive.write_bytes(b"x")
     assert driver_java_options(cfg, log, java) == (
         f"-Dlog4j2.configurationFile={log.resolve()} -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1")
-    off = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "class_data_sharing": False}})
+    off = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "class_data_sharing": False,
+                           "driver_gc_time_ratio": 0}})
     assert driver_java_options(off, log, java) == plain
-    submitted = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "spark_master": ""}})
+    submitted = parse({"watch": {"driver_java_options": "-XX:TieredStopAtLevel=1", "spark_master": "",
+                                 "driver_gc_time_ratio": 0}})
     assert driver_java_options(submitted, log, java) == plain  # spark-submit started the driver
     monkeypatch.setattr(cds, "find_java", lambda *_a, **_k: java)
     monkeypatch.setattr(cds.subprocess, "run", lambda *a, **k: pytest.fail("made again"))
@@ -119,6 +124,12 @@ def test_each_kafka_source_reads_with_the_configured_isolation_and_fetch_wait(mo
         spark.source(SimpleNamespace(readStream=reader), parse({"watch": watch}), "t", "read_committed", 0)
         assert reader.options["kafka.fetch.max.wait.ms"] == wait
         assert reader.options["kafka.isolation.level"] == "read_committed" and reader.options["subscribe"] == "t"
+        assert "maxRecordsPerPartition" not in reader.options  # (a canary source: one offset range per task)
+    for watch, split in (({}, "40000"), ({"ledger_records_per_task": 500}, "500"),
+                         ({"ledger_records_per_task": 0}, None)):
+        reader = _Reader()
+        spark.source(SimpleNamespace(readStream=reader), parse({"watch": watch}), "l", "read_committed", 2, ledger=True)
+        assert reader.options.get("maxRecordsPerPartition") == split
     with pytest.raises(ConfigError, match="watch.fetch_max_wait_ms: Input should be less than or equal to 500"):
         parse({"watch": {"fetch_max_wait_ms": 501}})
     with pytest.raises(ConfigError, match="watch.fetch_max_wait_ms: Input should be greater than or equal to 10"):
