@@ -87,6 +87,7 @@ class PeakRss:
         self._samples = 0
         self.peak_by_kind: dict[str, int] = {}  # Spark's JVMs and the Python processes apart, each its own peak
         self._last_by_kind: dict[str, int] = {}
+        self._highest_by_kind: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
@@ -140,6 +141,7 @@ class PeakRss:
         self._samples += 1
         for kind in set(kinds) | set(self._last_by_kind):  # (the same two-in-a-row rule as the total's)
             now = kinds.get(kind, 0)
+            self._highest_by_kind[kind] = max(self._highest_by_kind.get(kind, 0), now)
             self.peak_by_kind[kind] = max(self.peak_by_kind.get(kind, 0), min(self._last_by_kind.get(kind, 0), now))
         self._last_by_kind = kinds
         return total
@@ -172,7 +174,7 @@ class PeakRss:
         if self._samples < 2:  # (too short a window for two samples in a row: the highest of one more)
             self._sample()
             self.peak = max(self.peak, self._highest)
-            self.peak_by_kind = {k: max(v, self._last_by_kind.get(k, 0)) for k, v in self.peak_by_kind.items()}
+            self.peak_by_kind = {k: max(self.peak_by_kind.get(k, 0), v) for k, v in self._highest_by_kind.items()}
 
     def figures(self, reads: int, seconds: float) -> dict[str, float]:
         return {"reads": reads, "seconds": round(seconds, 2), "records_per_s": round(reads / seconds),
@@ -263,16 +265,21 @@ def prefill(cfg: Config, records: int, progress: Callable[[str], None]) -> int:
 
 
 def release_memory(spark: Any) -> None:
-    """Before each reader: Spark's JVM collects its garbage in full (G1 then returns the heap it no
-    longer needs) and this process returns what it freed, so that a reader's peak RSS is its own
-    and not partly the heap the readers before it grew. All readers run in one JVM (warm), whose
-    RSS otherwise only grows: measured at 50M reads, Spark's JVM read 1,260 MB after the warm-up,
-    1,269 in (b), 1,539 in (b') — the warm-up's own work again — and 1,966 in (c)."""
+    """Before each reader: Spark's driver JVM collects its garbage in full (G1 then returns the heap
+    it no longer needs) and this process returns what it freed (Python's allocator and Arrow's), so
+    that a reader's peak RSS is its own and not partly the heap the readers before it grew. All
+    readers run in one JVM (warm), whose RSS otherwise only grows: measured at 50M reads, Spark's
+    JVM read 1,260 MB after the warm-up, 1,269 in (b), 1,539 in (b') — the warm-up's own work again —
+    and 1,966 in (c). Local mode only: with ``--standalone`` the executors' JVMs keep their heaps
+    from one reader to the next (and a driver started with -XX:+DisableExplicitGC ignores it)."""
     import ctypes
     import gc
 
+    import pyarrow as pa
+
     spark.sparkContext._jvm.java.lang.System.gc()
     gc.collect()
+    pa.default_memory_pool().release_unused()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

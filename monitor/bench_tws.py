@@ -80,13 +80,12 @@ def processor() -> Any:
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             got = self.last.get() if self.last.exists() else None
             carried = {(int(w), int(i)): s for w, i, s in json.loads(got[0])} if got else {}
-            reads = gaps = repeats = 0
-            for df in rows:
-                values = df["value"].to_numpy()
-                headers, mask = _headers(values)
-                reads += len(values)
-                g, r, carried = judge_partition(carried, df["offset"].to_numpy()[mask], headers)
-                gaps, repeats = gaps + g, repeats + r
+            frames = list(rows)  # (the key's rows of this batch, judged at once: in any order)
+            values = np.concatenate([df["value"].to_numpy() for df in frames]) if frames else np.array([], object)
+            offsets = np.concatenate([df["offset"].to_numpy() for df in frames]) if frames else np.array([], np.int64)
+            headers, mask = _headers(values)
+            reads = len(values)
+            gaps, repeats, carried = judge_partition(carried, offsets[mask], headers)
             self.last.update((json.dumps([[w, i, s] for (w, i), s in carried.items()]),))
             yield pd.DataFrame({"src": [int(key[0])], "partition": [int(key[1])], "reads": [reads],
                                 "gaps": [gaps], "repeats": [repeats]}).astype(

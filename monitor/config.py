@@ -12,7 +12,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
@@ -326,10 +326,12 @@ class WatchConfig(_Model):
                               "spark-submit sets (Spark on Kubernetes)")
     driver_memory: str = Field("2g", description="spark.driver.memory")
     driver_gc_time_ratio: int = Field(
-        4, ge=0, description="-XX:GCTimeRatio of Spark's driver JVM (G1; in local mode the executors run there too): "
-        "the share of time G1 may spend collecting, 1/(1+n), before it grows the heap instead. The JVM's own 12 "
-        "grew the heap towards driver_memory as soon as a batch's rows were handed to Python: 4 kept the driver "
-        "about 600 MB smaller over a 50M-read catch-up at the same rate (README, Benchmark); 0 = the JVM's default")
+        4, ge=0, le=1000, description="-XX:GCTimeRatio of Spark's driver JVM with G1 (in local mode the executors run "
+        "there too): the share of time G1 may spend collecting, 1/(1+n), before it grows the heap instead. The JVM's "
+        "own 12 grew the heap towards driver_memory as soon as a batch's rows were handed to Python: 4 kept the driver "
+        "about 600 MB smaller over a 50M-read catch-up at the same rate (README, Benchmark); 0 = the JVM's default. "
+        "Not added when driver_java_options choose another collector; with an empty spark_master (spark-submit "
+        "started the driver) set it in spark-submit's driver options instead")
     driver_java_options: str = Field(
         "", description="more JVM options of Spark's driver (spark.driver.extraJavaOptions, after Vigil's log "
         "configuration; in local mode the executors run in that JVM too), e.g. -XX:TieredStopAtLevel=1 for "
@@ -363,11 +365,13 @@ class WatchConfig(_Model):
         "near — an acknowledgement at the latest before the first read at its offset, whatever the clocks say — so "
         "the checker's state stays about as large as it is live. Larger holds less, smaller holds more in memory "
         "(invariants/ledger_hold.py)")
-    ledger_records_per_task: int = Field(
-        40000, ge=0, description="maxRecordsPerPartition of the ledger's source: a batch's ledger offsets are read "
+    ledger_records_per_task: Optional[int] = Field(
+        None, ge=0, description="maxRecordsPerPartition of the ledger's source: a batch's ledger offsets are read "
         "in tasks of at most this many records (a catch-up's first batch may fetch most of its backlog's ledger at "
         "once: one task's result of 100,000 ledger rows held at once made Spark's driver JVM about 300 MB larger "
-        "over a 50M-read catch-up, README, Benchmark); 0 = one task per ledger partition, as Spark plans it")
+        "over a 50M-read catch-up, README, Benchmark); 0 = one task per ledger partition, as Spark plans it; empty = "
+        "40000 in local mode and 0 on a cluster (with the option set, Spark gives the ledger's tasks no preferred "
+        "executor, so its Kafka consumers are not reused from batch to batch)")
     poll_timeout_ms: int = Field(30000, ge=1000, description="kafkaConsumer.pollTimeoutMs: how long a hung "
                                  "fetch blocks a batch before the query fails and is restarted")
     fetch_max_wait_ms: int = Field(50, ge=10, le=500, description="kafka.fetch.max.wait.ms of Spark's Kafka "

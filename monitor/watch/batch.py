@@ -80,8 +80,9 @@ LEDGER_ROWS_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64())
 
 def ledger_table(table: pa.Table) -> pa.Table:
     """The batch's ledger rows (partition, append time µs (0: none), value), in offset order per partition.
-    Their values are copied once (one ``take``; a filter and then a sort copied them twice, and a catch-up's
-    first batch may bring most of its backlog's ledger)."""
+    One ``take`` of the rows' indices, in order (a filter and then a sort copied the values once more: a
+    catch-up's first batch may bring most of its backlog's ledger; the take itself joins a chunked value
+    column first)."""
     rows = pc.indices_nonzero(pc.equal(table.column("src"), SRC_LEDGER))
     if len(rows):
         where = pa.table({c: table.column(c).take(rows) for c in ("partition", "offset")})

@@ -16,8 +16,8 @@ checkpoint has moved past them.
 **Values spilled.** Once a row's file is written, the hold keeps only where its value is in it
 (:class:`Spilled`: batch and row), not the value: a held row took about 1.1 KB of memory with its
 value (331 B of JSON on average, measured over outcome entries), and a catch-up of 50M reads holds
-up to about 340,000 rows. The values are read back from the files (memory-mapped, the value
-column's rows taken) when their rows are released (:func:`values_of`), before the state that
+up to about 340,000 rows. The values are read back from the files (memory-mapped, the rows taken
+within the file's record batches) when their rows are released (:func:`values_of`), before the state that
 released them is saved and so before their files can be pruned. A file gone meanwhile fails the
 batch, and the saved state can then not be loaded again: the watch saves nothing more
 (:meth:`monitor.watch.runtime.WatchRuntime._revert`) and must be restarted, which names the file.
@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -228,12 +229,31 @@ def values_of(directory: Path, items: list[Item], ledger: pa.Table | None = None
         path = path_of(directory, b)
         try:
             with pa.memory_map(str(path)) as source:
-                column = pa.ipc.open_file(source).read_all().column("value")
-                got = column.take(pa.array(rows, pa.int64())).to_pylist()
-        except (OSError, pa.ArrowException) as exc:
+                got = _values_at(source, rows)
+        except (OSError, IndexError, pa.ArrowException) as exc:
             raise ValueError(f"ledger rows held from batch {b} cannot be read back from {path}: {exc}") from exc
         found.update(zip((Spilled(b, i) for i in rows), got))
     return [(ts, found[v] if isinstance(v, (Spilled, InBatch)) else v) for ts, v in items]
+
+
+def _values_at(source: Any, rows: list[int]) -> list["bytes | None"]:
+    """The values at ``rows`` of a held file, taken within each of its record batches: a file is
+    written in chunks (:data:`WRITE_CHUNK`), and a ``take`` over the whole column first joins them
+    (a copy of the file's every value, for each batch that releases a few of its rows)."""
+    reader = pa.ipc.open_file(source)
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    starts = np.cumsum([0] + [b.num_rows for b in batches])
+    at = np.asarray(rows, dtype=np.int64)
+    if at.size and (at.min() < 0 or at.max() >= starts[-1]):
+        raise IndexError(f"rows {at.min()}..{at.max()} asked of a file of {starts[-1]}")
+    which = np.searchsorted(starts, at, side="right") - 1
+    out: list[bytes | None] = [None] * len(rows)
+    for k in np.unique(which):
+        picked = np.flatnonzero(which == k)
+        values = batches[k].column("value").take(pa.array(at[picked] - starts[k])).to_pylist()
+        for j, value in zip(picked.tolist(), values):
+            out[j] = value
+    return out
 
 
 def _held_files(directory: Path) -> list[tuple[int, Path]]:

@@ -14,6 +14,7 @@ them as a zip by :mod:`monitor.watch.ship`; their Python is ``watch.executor_pyt
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -46,6 +47,10 @@ logger.kafka.level = error
 logger.spark_util.name = org.apache.spark.util.Utils
 logger.spark_util.level = error
 """
+
+
+OTHER_COLLECTOR = re.compile(r"-XX:\+Use(?!G1GC\b)\w*GC\b")  # a collector other than G1 chosen
+LEDGER_RECORDS_PER_TASK = 40_000  # watch.ledger_records_per_task's in local mode
 
 
 def session(cfg: Config, progress: Callable[[str], None] = lambda _m: None, app: str = "vigil-watch") -> SparkSession:
@@ -90,9 +95,18 @@ def driver_java_options(cfg: Config, log_config: Path, java: Java | None = None)
     archive = ""
     if cfg.watch.class_data_sharing and cfg.watch.spark_master and java is not None:
         archive = cds.java_option(java)
-    gc = f"-XX:GCTimeRatio={cfg.watch.driver_gc_time_ratio}" if cfg.watch.driver_gc_time_ratio else ""
+    gc = ""
+    if cfg.watch.driver_gc_time_ratio and not OTHER_COLLECTOR.search(cfg.watch.driver_java_options):
+        gc = f"-XX:GCTimeRatio={cfg.watch.driver_gc_time_ratio}"  # (G1's; another collector reads it otherwise)
     return " ".join(filter(None, [f"-Dlog4j2.configurationFile={log_config.resolve()}", archive, gc,
                                   cfg.watch.driver_java_options.strip()]))
+
+
+def ledger_records_per_task(cfg: Config) -> int:
+    """``watch.ledger_records_per_task``, empty: 40,000 in local mode, 0 (Spark's plan) on a cluster."""
+    if cfg.watch.ledger_records_per_task is not None:
+        return cfg.watch.ledger_records_per_task
+    return LEDGER_RECORDS_PER_TASK if cfg.watch.spark_master.startswith("local") else 0
 
 
 def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: int, ledger: bool = False,
@@ -109,8 +123,9 @@ def source(spark: SparkSession, cfg: Config, topic: str, isolation: str, src: in
         .option("kafka.isolation.level", isolation)
         .option("kafka.fetch.max.wait.ms", str(cfg.watch.fetch_max_wait_ms))
     )
-    if ledger and cfg.watch.ledger_records_per_task:  # (never the canary's: a task is one offset range there)
-        reader = reader.option("maxRecordsPerPartition", str(cfg.watch.ledger_records_per_task))
+    split = ledger_records_per_task(cfg) if ledger else 0  # (never the canary's: a task is one offset range there)
+    if split:
+        reader = reader.option("maxRecordsPerPartition", str(split))
     df = reader.load()
     columns = [F.lit(src).cast("byte").alias("src"), "topic", "partition", "offset"]
     if headers_only:  # only what the checker needs of a canary record leaves the JVM (executor.decode_values)

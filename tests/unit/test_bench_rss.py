@@ -5,11 +5,28 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import psutil
 
 from monitor.bench import PeakRss, local_cluster_pids
 from monitor.config import parse
+
+class Sampled:
+    """A process of the sampled tree reading ``readings`` (MB) one sample after another, then ``rest``."""
+
+    def __init__(self, pid: int, name: str, readings: list[int], rest: int) -> None:
+        self.pid, self._name, self._readings, self._rest = pid, name, iter(readings), rest
+
+    def name(self) -> str:
+        return self._name
+
+    def memory_info(self):
+        return SimpleNamespace(rss=next(self._readings, self._rest) * 2**20)
+
+    def cpu_times(self):
+        return SimpleNamespace(user=0.0, system=0.0, children_user=0.0, children_system=0.0)
+
 
 HOG = "import time; x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(30)"
 
@@ -70,24 +87,9 @@ def test_a_configured_cluster_leaves_nothing_out_and_a_stopped_local_one_nothing
 
 def test_a_peak_counts_once_two_samples_in_a_row_reach_it(monkeypatch):
     """A child being spawned reads, until it execs, as its parent's RSS: one sample of it is no peak."""
-    from types import SimpleNamespace
-
     mb = 2**20
-    readings = iter([100, 100, 5000, 100, 100, 300, 300, 120])  # (MB) a spike of one sample, then a level of two
-
-    class Sampled:
-        pid = 1
-
-        def name(self):
-            return "python3"
-
-        def memory_info(self):
-            return SimpleNamespace(rss=next(readings, 120) * mb)
-
-        def cpu_times(self):
-            return SimpleNamespace(user=0.0, system=0.0, children_user=0.0, children_system=0.0)
-
-    monkeypatch.setattr(PeakRss, "_tree", lambda self: [Sampled()])
+    readings = [100, 100, 5000, 100, 100, 300, 300, 120]  # (MB) a spike of one sample, then a level of two
+    monkeypatch.setattr(PeakRss, "_tree", lambda self, p=Sampled(1, "python3", readings, 120): [p])
     with PeakRss(interval=0.01) as rss:
         time.sleep(0.5)
     assert rss.peak == 300 * mb
@@ -109,28 +111,20 @@ def test_a_window_too_short_for_two_samples_still_has_a_peak_and_a_child_counts_
 def test_the_jvms_and_the_python_processes_peak_apart(monkeypatch):
     """``peak_rss_mb_by_kind``: Spark's JVMs and the Python processes, each its own peak under the
     total's rule (two samples in a row), so a run says which of them grew."""
-    from types import SimpleNamespace
-
     mb = 2**20
-    jvm = iter([500, 500, 9000, 500, 700, 700, 600])  # (MB) a one-sample spike, then a level of two
-    py = iter([100, 100, 100, 400, 400, 100, 100])
-
-    class Sampled:
-        def __init__(self, pid, name, readings):
-            self.pid, self._name, self._readings = pid, name, readings
-
-        def name(self):
-            return self._name
-
-        def memory_info(self):
-            return SimpleNamespace(rss=next(self._readings, 100) * mb)
-
-        def cpu_times(self):
-            return SimpleNamespace(user=0.0, system=0.0, children_user=0.0, children_system=0.0)
-
-    procs = [Sampled(1, "java", jvm), Sampled(2, "python3.11", py)]
+    jvm = [500, 500, 9000, 500, 700, 700, 600]  # (MB) a one-sample spike, then a level of two
+    py = [100, 100, 100, 400, 400, 100, 100]
+    procs = [Sampled(1, "java", jvm, 100), Sampled(2, "python3.11", py, 100)]
     monkeypatch.setattr(PeakRss, "_tree", lambda self: procs)
     with PeakRss(interval=0.01) as rss:
         time.sleep(0.5)
     assert rss.figures(1, 1.0)["peak_rss_mb_by_kind"] == {"jvm": 700, "python": 400}
     assert rss.peak == 900 * mb  # (the total's own: the kinds' peaks need not come at one moment)
+
+
+def test_a_window_under_two_samples_takes_each_kinds_highest(monkeypatch):
+    mb = 2**20
+    monkeypatch.setattr(PeakRss, "_tree", lambda self, p=Sampled(1, "java", [900, 500], 500): [p])
+    with PeakRss(interval=10.0) as rss:
+        pass
+    assert rss.peak == 900 * mb and rss.peak_by_kind == {"jvm": 900 * mb}

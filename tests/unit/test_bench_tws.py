@@ -58,3 +58,36 @@ def test_any_split_into_batches_gives_the_whole_answer(rows, cuts, rnd) -> None:
         g, r, carried = judge_partition(carried, *batch(part))
         gaps, repeats = gaps + g, repeats + r
     assert (gaps, repeats, carried) == whole
+
+
+def test_the_processor_judges_a_keys_chunks_of_a_batch_at_once_in_any_order() -> None:
+    """Spark hands a key's rows of a batch in pandas chunks; the processor judges them together, so
+    chunks out of offset order are no gaps or repeats, and the state carries to the next batch."""
+    import pandas as pd
+
+    from monitor.bench_tws import processor
+
+    class State:
+        value = None
+
+        def exists(self):
+            return self.value is not None
+
+        def get(self):
+            return self.value
+
+        def update(self, value):
+            self.value = value
+
+    state = State()
+    proc = processor()
+    proc.init(type("Handle", (), {"getValueState": lambda self, name, schema: state})())
+
+    def chunk(first: int, count: int) -> pd.DataFrame:
+        return pd.DataFrame({"offset": range(first, first + count),
+                             "value": [encode(CanaryRecord(9, 0, s, 1)) for s in range(first, first + count)]})
+
+    out = pd.concat(list(proc.handleInputRows((0, 2), iter([chunk(5, 5), chunk(0, 5)]), None)))
+    assert out[["reads", "gaps", "repeats"]].values.tolist() == [[10, 0, 0]]
+    out = pd.concat(list(proc.handleInputRows((0, 2), iter([chunk(11, 2)]), None)))  # seq 10 never came
+    assert out[["reads", "gaps", "repeats"]].values.tolist() == [[2, 1, 0]]

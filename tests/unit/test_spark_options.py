@@ -33,6 +33,10 @@ def test_the_drivers_java_options_follow_the_log_configuration(tmp_path):
     assert driver_java_options(cfg, log) == f"{logs} -XX:TieredStopAtLevel=1 -Dx=y"
     cfg = parse({"watch": {"driver_java_options": "-XX:GCTimeRatio=9"}})  # (the JVM takes the last: the user's)
     assert driver_java_options(cfg, log) == f"{logs} -XX:GCTimeRatio=4 -XX:GCTimeRatio=9"
+    for other in ("-XX:+UseParallelGC", "-Xmx1g -XX:+UseZGC"):  # (G1's setting: another collector reads it otherwise)
+        assert driver_java_options(parse({"watch": {"driver_java_options": other}}), log) == f"{logs} {other}"
+    g1 = "-XX:+UseG1GC -XX:+UseStringDeduplication"
+    assert driver_java_options(parse({"watch": {"driver_java_options": g1}}), log) == f"{logs} -XX:GCTimeRatio=4 {g1}"
 
 
 def test_the_driver_maps_the_class_data_archive_once_there_is_one(tmp_path, monkeypatch):
@@ -126,7 +130,9 @@ def test_each_kafka_source_reads_with_the_configured_isolation_and_fetch_wait(mo
         assert reader.options["kafka.isolation.level"] == "read_committed" and reader.options["subscribe"] == "t"
         assert "maxRecordsPerPartition" not in reader.options  # (a canary source: one offset range per task)
     for watch, split in (({}, "40000"), ({"ledger_records_per_task": 500}, "500"),
-                         ({"ledger_records_per_task": 0}, None)):
+                         ({"ledger_records_per_task": 0}, None),
+                         ({"spark_master": "spark://127.0.0.1:7077"}, None),  # (tasks keep their executors there)
+                         ({"spark_master": "spark://127.0.0.1:7077", "ledger_records_per_task": 500}, "500")):
         reader = _Reader()
         spark.source(SimpleNamespace(readStream=reader), parse({"watch": watch}), "l", "read_committed", 2, ledger=True)
         assert reader.options.get("maxRecordsPerPartition") == split
