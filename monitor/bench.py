@@ -161,9 +161,11 @@ class PeakRss:
     def __enter__(self) -> "PeakRss":
         self._cpu_start = self._cpu()
         self._thread.start()
+        self._started = time.monotonic()
         return self
 
     def __exit__(self, *_exc: Any) -> None:
+        self.seconds = time.monotonic() - self._started  # (the window's: what ran inside the with)
         # the tree's CPU at the end less at the start, both without the processes left out by then
         # (a process that exited meanwhile counts in its parent's children_* at the end, if reaped)
         end = self._cpu()
@@ -176,7 +178,9 @@ class PeakRss:
             self.peak = max(self.peak, self._highest)
             self.peak_by_kind = {k: max(self.peak_by_kind.get(k, 0), v) for k, v in self._highest_by_kind.items()}
 
-    def figures(self, reads: int, seconds: float) -> dict[str, float]:
+    def figures(self, reads: int, seconds: float | None = None) -> dict[str, float]:
+        """``seconds``: the window's own when not given."""
+        seconds = self.seconds if seconds is None else seconds
         return {"reads": reads, "seconds": round(seconds, 2), "records_per_s": round(reads / seconds),
                 "peak_rss_mb": round(self.peak / 2**20),
                 "peak_rss_mb_by_kind": {k: round(v / 2**20) for k, v in sorted(self.peak_by_kind.items()) if v},
@@ -355,10 +359,8 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
     if "bare" in which:
         progress("(a) bare confluent-kafka consumer, both isolation levels")
         with PeakRss(exclude=brokers) as rss:
-            t = time.monotonic()
             n = bare_consumer(cfg, partitions)
-            secs = time.monotonic() - t
-        result.figures["bare_consumer"] = rss.figures(n, secs)
+        result.figures["bare_consumer"] = rss.figures(n)
     if not {"spark", "checker", "tws"} & set(which):
         return result
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-"))
@@ -372,6 +374,13 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             extra = cluster.pids
             result.figures["spark_master"] = {"standalone_workers": standalone}
         spark = spark_job.session(cfg, progress, app="vigil-bench")
+
+        def reader(what: str) -> PeakRss:
+            """One reader of the bench: said, its memory its own (:func:`release_memory`), measured."""
+            progress(what)
+            release_memory(spark)
+            return PeakRss(extra=extra, exclude=brokers)
+
         spark.sparkContext.setLogLevel("ERROR")
         # the no-op's rows are summed from recentProgress, which keeps the last 100 triggers by
         # default: a run of more (50M reads at maxOffsetsPerTrigger) counted only the last 100
@@ -382,47 +391,36 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
             result.figures["warmup"] = {**fetch_all(spark, cfg, tmp / "warmup"),
                                         "seconds": round(time.monotonic() - t, 2)}
         if "spark" in which:
-            progress("(b) Spark no-op query over both isolation levels")
-            release_memory(spark)
-            with PeakRss(extra=extra, exclude=brokers) as rss:
-                t = time.monotonic()
+            with reader("(b) Spark no-op query over both isolation levels") as rss:
                 q = (spark_job.union_of_sources(spark, cfg, with_ledger=False).writeStream.format("noop")
                      .option("checkpointLocation", str(tmp / "noop")).trigger(availableNow=True).start())
                 q.awaitTermination()
-                secs = time.monotonic() - t
             progress_kept = q.recentProgress
             if len(progress_kept) >= NOOP_PROGRESS_KEPT:
                 raise RuntimeError(f"the no-op query ran {len(progress_kept)}+ triggers: its rows cannot be summed")
             n = sum(p["numInputRows"] for p in progress_kept)
-            result.figures["spark_noop"] = rss.figures(n, secs)
-            progress("(b') the checker's fetch alone: its query's rows handed to this process, nothing checked")
-            release_memory(spark)
-            with PeakRss(extra=extra, exclude=brokers) as rss:
-                t = time.monotonic()
+            result.figures["spark_noop"] = rss.figures(n)
+            with reader("(b') the checker's fetch alone: its query's rows handed to this process, "
+                        "nothing checked") as rss:
                 fetched = fetch_all(spark, cfg, tmp / "fetch")
-                secs = time.monotonic() - t
-            result.figures["fetch_only"] = {**rss.figures(n, secs), **fetched}
+            result.figures["fetch_only"] = {**rss.figures(n), **fetched}
         if "checker" in which:
-            progress("(c) the full checker")
-            release_memory(spark)
             checker_cfg = cfg.model_copy(update={"watch": cfg.watch.model_copy(update={
                 "checkpoint_dir": str(tmp / "checker")}), "metrics": cfg.metrics.model_copy(update={"port": 0})})
             runtime = WatchRuntime(checker_cfg, progress)
             runtime.evidence.path = tmp / "evidence.jsonl"
-            with PeakRss(extra=extra, exclude=brokers) as rss:
-                t = time.monotonic()
+            with reader("(c) the full checker") as rss:
                 q = spark_job.start_query(spark, checker_cfg, runtime.handle_batch, name="vigil-bench-checker",
                                           available_now=True)
                 q.awaitTermination()
                 runtime.catch_up()  # the last batch applied (watch.overlap_check): counted in the time
                 runtime.release_held_ledger(at_end=True)  # (the last batch may look cut short)
-                secs = time.monotonic() - t
             if runtime.unloadable is not None:
                 raise runtime.unloadable
             ck = runtime.state.checker
             n = sum(ck.records_checked.values())
             result.figures["checker"] = {
-                **rss.figures(n, secs), "state_mb": round(runtime.state_bytes / 2**20, 3),
+                **rss.figures(n), "state_mb": round(runtime.state_bytes / 2**20, 3),
                 "state_mb_peak": round(runtime.state_bytes_peak / 2**20, 3),  # the largest saved during the run
                 "ledger_held_peak": runtime.ledger_held_peak,  # ledger rows held beside the state, at most
                 "violations": sum(ck.counts.values()), "batches": runtime.state.batches,
@@ -432,13 +430,10 @@ def run_bench(cfg: Config, records: int, which: tuple[str, ...], progress: Calla
         if "tws" in which:
             from monitor.bench_tws import run_per_partition
 
-            progress("(d) per-partition state on the executors (transformWithStateInPandas, a part of the checks)")
-            release_memory(spark)
-            with PeakRss(extra=extra, exclude=brokers) as rss:
-                t = time.monotonic()
+            with reader("(d) per-partition state on the executors (transformWithStateInPandas, "
+                        "a part of the checks)") as rss:
                 found = run_per_partition(spark, cfg, tmp / "tws")
-                secs = time.monotonic() - t
-            result.figures["per_partition_state"] = {**rss.figures(found["reads"], secs), **found}
+            result.figures["per_partition_state"] = {**rss.figures(found["reads"]), **found}
     finally:
         if spark is not None:
             spark.stop()

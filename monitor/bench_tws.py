@@ -20,24 +20,22 @@ from typing import Any, Iterator
 import numpy as np
 
 from monitor.config import Config
-from monitor.record_format import HEADER_DTYPE, HEADER_SIZE, MAGIC
+from monitor.watch.executor import KIND_CANARY, decode_values
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUTPUT_DDL = "src byte, partition int, reads long, gaps long, repeats long"
 
 
-def judge_partition(carried: dict[tuple[int, int], int], offsets: np.ndarray, headers: np.ndarray
-                    ) -> tuple[int, int, dict[tuple[int, int], int]]:
-    """One partition's headers of one batch (any order; ``headers`` of :data:`HEADER_DTYPE`, canary
-    records only) against the last seq of each (writer, incarnation) before it (``carried``): the
-    seqs that skip ahead (gaps) and those at or below the one before (repeats), in offset order per
-    writer incarnation, and the last seqs after it."""
+def judge_partition(carried: dict[tuple[int, int], int], offsets: np.ndarray, writer: np.ndarray, inc: np.ndarray,
+                    seq: np.ndarray) -> tuple[int, int, dict[tuple[int, int], int]]:
+    """One partition's canary records of one batch (any order: their offsets, writer ids,
+    incarnations and seqs) against the last seq of each (writer, incarnation) before it
+    (``carried``): the seqs that skip ahead (gaps) and those at or below the one before (repeats),
+    in offset order per writer incarnation, and the last seqs after it."""
     if not len(offsets):
         return 0, 0, carried
-    order = np.lexsort((offsets, headers["incarnation"], headers["writer_id"]))
-    wid = headers["writer_id"][order].astype(np.uint64)
-    inc = headers["incarnation"][order].astype(np.int64)
-    seq = headers["seq"][order].astype(np.int64)
+    order = np.lexsort((offsets, inc, writer))
+    wid, inc, seq = writer[order], inc[order].astype(np.int64), seq[order].astype(np.int64)
     first = np.ones(len(seq), dtype=bool)
     first[1:] = (wid[1:] != wid[:-1]) | (inc[1:] != inc[:-1])
     before = np.empty_like(seq)
@@ -56,16 +54,15 @@ def judge_partition(carried: dict[tuple[int, int], int], offsets: np.ndarray, he
     return gaps, repeats, out
 
 
-def _headers(values: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The canary headers among ``values`` (bytes objects) and the mask of rows they are."""
-    lengths = np.fromiter((len(v) if v is not None else -1 for v in values), dtype=np.int64, count=len(values))
-    canary = lengths == HEADER_SIZE
-    joined = b"".join(v for v, ok in zip(values, canary) if ok)
-    headers = np.frombuffer(joined, dtype=HEADER_DTYPE)
-    valid = headers["magic"] == MAGIC
-    mask = canary.copy()
-    mask[canary] = valid
-    return headers[valid], mask
+def judge_rows(carried: dict[tuple[int, int], int], offsets: np.ndarray, values: list, lengths: np.ndarray
+               ) -> tuple[int, int, dict[tuple[int, int], int]]:
+    """:func:`judge_partition` over Kafka rows: their offsets, values (a canary record's first 48
+    bytes) and whole lengths, decoded by the checker's own decoder (what it does not take for a
+    canary record is left out)."""
+    cols = decode_values(values, lengths=lengths)
+    canary = cols["kind"] == KIND_CANARY
+    return judge_partition(carried, np.asarray(offsets)[canary], cols["writer_id"][canary], cols["incarnation"][canary],
+                           cols["seq"][canary])
 
 
 def processor() -> Any:
@@ -81,11 +78,10 @@ def processor() -> Any:
             got = self.last.get() if self.last.exists() else None
             carried = {(int(w), int(i)): s for w, i, s in json.loads(got[0])} if got else {}
             frames = list(rows)  # (the key's rows of this batch, judged at once: in any order)
-            values = np.concatenate([df["value"].to_numpy() for df in frames]) if frames else np.array([], object)
-            offsets = np.concatenate([df["offset"].to_numpy() for df in frames]) if frames else np.array([], np.int64)
-            headers, mask = _headers(values)
-            reads = len(values)
-            gaps, repeats, carried = judge_partition(carried, offsets[mask], headers)
+            frame = pd.concat(frames) if frames else pd.DataFrame({"offset": [], "value": [], "vlen": []})
+            reads = len(frame)
+            gaps, repeats, carried = judge_rows(carried, frame["offset"].to_numpy(), frame["value"].tolist(),
+                                                frame["vlen"].to_numpy())
             self.last.update((json.dumps([[w, i, s] for (w, i), s in carried.items()]),))
             yield pd.DataFrame({"src": [int(key[0])], "partition": [int(key[1])], "reads": [reads],
                                 "gaps": [gaps], "repeats": [repeats]}).astype(
@@ -114,7 +110,7 @@ def run_per_partition(spark: Any, cfg: Config, checkpoint: Path) -> dict[str, in
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # (transformWithState needs it)
     try:
         rows = spark_job.union_of_sources(spark, cfg, with_ledger=False, headers_only=True).select(
-            "src", "partition", "offset", "value")
+            "src", "partition", "offset", "value", "vlen")
         q = (rows.groupBy("src", "partition").transformWithStateInPandas(
             statefulProcessor=processor(), outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="None")
              .writeStream.foreachBatch(count).option("checkpointLocation", str(checkpoint))

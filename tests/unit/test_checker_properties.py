@@ -114,6 +114,25 @@ def _encoded(ident, txn_id: int, intended_abort: bool = False, size: int = 0, in
                                                            (size or 2) if txn_id else 0, index, flags), 64)
 
 
+def streams_of(rows: list[tuple]) -> dict:
+    """Rows (src, topic, partition, offset, ...) as Spark's sources hand them: per (source,
+    partition), in the order given."""
+    streams: dict = {}
+    for row in rows:
+        streams.setdefault((row[0], row[2]), []).append(row)
+    return streams
+
+
+def next_batch(streams: dict, rng: random.Random) -> list[tuple]:
+    """A micro-batch: up to 5 more rows of each stream, taken off it."""
+    batch = []
+    for key in list(streams):
+        k = rng.randint(0, 5)
+        batch += streams[key][:k]
+        streams[key] = streams[key][k:]
+    return batch
+
+
 @given(seed=st.integers(0, 2**32 - 1), partitions=st.integers(1, 3),
        incidents=st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 2)), max_size=8))
 @settings(max_examples=40, deadline=None)
@@ -141,16 +160,10 @@ def test_through_the_batch_adapter_on_arrow_tables(seed, partitions, incidents):
                  for p in range(partitions) for r in h.reads(iso, p)]
     rng.shuffle(rows)
     rows.sort(key=lambda r: (r[0], r[2], r[3]))  # each source's partitions stay in offset order
-    streams: dict = {}
-    for row in rows:
-        streams.setdefault((row[0], row[2]), []).append(row)
+    streams = streams_of(rows)
     checker = Checker(SETTINGS)
     while any(streams.values()):
-        batch = []
-        for key in list(streams):
-            k = rng.randint(0, 5)
-            batch += streams[key][:k]
-            streams[key] = streams[key][k:]
+        batch = next_batch(streams, rng)
         src, topic, part, off, val = zip(*batch) if batch else ((), (), (), (), ())
         table = pa.table({"src": pa.array(src, pa.int8()), "topic": list(topic), "partition": pa.array(part, pa.int32()),
                           "offset": pa.array(off, pa.int64()), "value": pa.array(val, pa.binary())})

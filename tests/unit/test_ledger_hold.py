@@ -19,7 +19,7 @@ from invariants.ledger_hold import NO_THRESHOLD, Held, LedgerHold
 from monitor.watch import ledger_hold as held_ledger
 from monitor.watch import state as state_store
 from tests.unit.test_checker_properties import (
-    KINDS, RC, RU, SETTINGS, SETTLE, _encoded, audit, audit_input, build, history_counts,
+    KINDS, RC, RU, SETTINGS, SETTLE, _encoded, audit, audit_input, build, history_counts, next_batch, streams_of,
 )
 
 # a batch: its ledger rows as (partition, writer's clock, canary partition acknowledged or None), the
@@ -277,20 +277,14 @@ def test_live_equals_audit_through_the_hold_with_restarts(tmp_path_factory, seed
                                                            r.txn_index), span * r.offset // last + rng.randint(-2000, 2000))
                      for r in reads]
     rows.sort(key=lambda r: (r[0], r[2], r[3]))
-    streams: dict = {}
-    for row in rows:
-        streams.setdefault((row[0], row[2]), []).append(row)
+    streams = streams_of(rows)
     state = state_store.WatchState(SETTINGS)
     state.ledger_hold.lead_us = rng.choice([0, 500, 5000])
     # a held file written in one piece or in many (held_ledger.WRITE_CHUNK)
     with patch.object(held_ledger, "WRITE_CHUNK", rng.choice([1, 3, held_ledger.WRITE_CHUNK])):
         b = 0
         while any(streams.values()):
-            batch = []
-            for key in list(streams):
-                k = rng.randint(0, 5)
-                batch += streams[key][:k]
-                streams[key] = streams[key][k:]
+            batch = next_batch(streams, rng)
             src, topic, part, off, val, ts = zip(*batch) if batch else ((), (), (), (), (), ())
             table = pa.table({"src": pa.array(src, pa.int8()), "topic": list(topic),
                               "partition": pa.array(part, pa.int32()), "offset": pa.array(off, pa.int64()),
@@ -427,9 +421,7 @@ def test_with_a_short_horizon_the_hold_changes_no_verdict_whatever_the_clocks(se
                                                            r.txn_index), max(1, first + span * r.offset // last + skew_us))
                      for r in reads]
     rows.sort(key=lambda r: (r[0], r[2], r[3]))
-    streams: dict = {}
-    for row in rows:
-        streams.setdefault((row[0], row[2]), []).append(row)
+    streams = streams_of(rows)
     whole, held = Checker(short), Checker(short)
     ledger_pace = rng.choice([1, 2, 12])
     hold = LedgerHold(0)
