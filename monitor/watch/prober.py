@@ -49,6 +49,8 @@ from monitor import clients
 from monitor.config import Config
 
 LEDGER_LOOKBACK_S = 600.0  # how far back the prober starts reading the ledger (see _ledger_start)
+# A ledger reader whose metadata requests found no broker for this long is made anew (_renew_ledger_reader)
+LEDGER_READER_RENEW_S = 15.0
 
 
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID}
@@ -94,11 +96,13 @@ class ProbeView:
 
 class Prober(threading.Thread):
     def __init__(self, config: Config, on_violations: Callable[[list[Violation]], None],
-                 stop: threading.Event, on_round: Callable[[], None] = lambda: None) -> None:
+                 stop: threading.Event, on_round: Callable[[], None] = lambda: None,
+                 say: Callable[[str], None] = lambda _m: None) -> None:
         super().__init__(name="vigil-prober", daemon=True)
         self.cfg = config
         self.on_violations = on_violations
         self.on_round = on_round
+        self.say = say
         self.stop_event = stop
         self.view = ProbeView(ledger_placement=config.ledger_placement())
         self.lock = threading.Lock()
@@ -107,6 +111,9 @@ class Prober(threading.Thread):
         self.fold = LedgerFold([config.canary.name])
         self.clock = BrokerClock()
         self.ledger_at_end: dict[int, bool] = {}  # ledger partition -> read to its end
+        self.ledger_next: dict[int, int] = {}  # ledger partition -> the next offset to read (OFFSET_END: its end)
+        self.ledger_unanswered_since: float | None = None  # no broker answered the ledger's metadata since
+        self.ledger_renewed_at = 0.0
         self.rewinds: list[tuple[str, int, int, int]] = []  # (topic id, partition, new high watermark, old)
         self.eof: dict[tuple, int] = {}
         # the last listing was told the topic does not exist, or saw a log end go backwards: the
@@ -121,9 +128,12 @@ class Prober(threading.Thread):
         self.admin = clients.admin(cfg)
         self.readers = {iso: clients.consumer(cfg, iso.value, group=f"vigil-prober-{iso.value}", profile="probe")
                         for iso in (RC, RU)}
-        self.ledger = clients.consumer(cfg, "read_committed", group="vigil-prober-ledger", ledger=True,
-                                       profile="probe")
+        self.ledger = self._ledger_reader()
         self.assigned_topic_id = ""
+
+    def _ledger_reader(self) -> Any:
+        return clients.consumer(self.cfg, "read_committed", group="vigil-prober-ledger", ledger=True,
+                                profile="probe")
 
     def _refresh_metadata(self) -> None:
         info = clients.describe_topic(self.admin, self.cfg.canary.name, timeout=3)
@@ -146,7 +156,9 @@ class Prober(threading.Thread):
                 consumer.assign(tps)
             ledger_md = self.ledger.list_topics(self.cfg.ledger.topic, timeout=3).topics.get(self.cfg.ledger.topic)
             if ledger_md is not None and ledger_md.partitions and not self.ledger_at_end:
-                self.ledger.assign(self._ledger_start(list(ledger_md.partitions)))
+                starts = self._ledger_start(list(ledger_md.partitions))
+                self.ledger_next = {tp.partition: tp.offset for tp in starts}
+                self.ledger.assign(starts)
                 self.ledger_at_end = {p: False for p in ledger_md.partitions}
             if info.topic_id != self.assigned_topic_id:  # a new topic: its ends start afresh
                 with self.lock:
@@ -180,12 +192,34 @@ class Prober(threading.Thread):
             reachable = (md is not None and md.error is None and bool(md.partitions)
                          and all(part.leader >= 0 and len(part.isrs) >= self.cfg.ledger.min_insync_replicas
                                  for part in md.partitions.values()))
-        except KafkaException:
+            self.ledger_unanswered_since = None
+        except KafkaException as exc:
             reachable = False
+            self._renew_ledger_reader_if_stuck(now, exc)
         with self.lock:
             if reachable and not self.view.ledger_reachable:  # back: on the brokers' clock, as the waits are
                 self.view.ledger_back_us = self.clock.now_us(int(now * 1e6), True)
             self.view.ledger_reachable = reachable
+
+    def _renew_ledger_reader_if_stuck(self, now: float, exc: KafkaException) -> None:
+        """A ledger reader that has found no broker to answer for ``LEDGER_READER_RENEW_S`` is made
+        anew, reading on where the old one stood (at most once per that interval). librdkafka 2.10+
+        drops every broker a metadata answer does not list, and a broker that is starting or
+        stopping may answer with no broker at all (seen here from a one-node ledger cluster's
+        controlled shutdown): the client then knows no broker, and need not find one again
+        (librdkafka issue 5301) — the ledger back, this prober would still call it unreachable,
+        as it did for over 60 s in one CI run. A new client starts from ``bootstrap.servers``."""
+        if self.ledger_unanswered_since is None:
+            self.ledger_unanswered_since = now
+        if now - max(self.ledger_unanswered_since, self.ledger_renewed_at) < LEDGER_READER_RENEW_S:
+            return
+        self.ledger_renewed_at = now
+        old, self.ledger = self.ledger, self._ledger_reader()
+        topic = self.cfg.ledger.topic
+        self.ledger.assign([TopicPartition(topic, p, off) for p, off in sorted(self.ledger_next.items())])
+        old.close()
+        self.say(f"prober: no ledger broker answered for {now - self.ledger_unanswered_since:.0f} s "
+                 f"({exc.args[0].str() if exc.args else exc}); its ledger reader made anew")
 
     def _read_ledger(self) -> None:
         deadline = time.monotonic() + 0.5
@@ -200,8 +234,10 @@ class Prober(threading.Thread):
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         self.ledger_at_end[m.partition()] = True
+                        self.ledger_next[m.partition()] = m.offset()
                     continue
                 self.ledger_at_end[m.partition()] = False
+                self.ledger_next[m.partition()] = m.offset() + 1
                 try:
                     entry = decode(m.value(), append_ts_us=max(0, m.timestamp()[1]) * 1000)
                 except LedgerFormatError:

@@ -92,7 +92,7 @@ class WatchRuntime:
         self.evidence = EvidenceLog(cfg.evidence_path(), self._evidence_producer(), cfg.watch.evidence.topic,
                                     clients.refusals("evidence", cfg))
         self.stop = threading.Event()
-        self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe)
+        self.prober = Prober(cfg, self.record_liveness, self.stop, on_round=self.after_probe, say=say)
         self.prober.prime(self.state.open_episodes)
         self.certificates = CertificateWatch(cfg, self.stop)
         self.credentials = CredentialWatch(cfg, self.stop)

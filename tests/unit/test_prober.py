@@ -16,10 +16,11 @@ from monitor.watch.prober import PartitionEnds, Prober
 
 
 class Msg:
-    def __init__(self, value: bytes, append_ms: int = 0, partition: int = 0) -> None:
+    def __init__(self, value: bytes, append_ms: int = 0, partition: int = 0, offset: int = 0) -> None:
         self._value = value
         self._append_ms = append_ms
         self._partition = partition
+        self._offset = offset
 
     def error(self):
         return None
@@ -30,13 +31,16 @@ class Msg:
     def partition(self) -> int:
         return self._partition
 
+    def offset(self) -> int:
+        return self._offset
+
     def timestamp(self) -> tuple[int, int]:
         return (2, self._append_ms) if self._append_ms else (0, -1)
 
 
 class Eof(Msg):
-    def __init__(self, partition: int = 0) -> None:
-        super().__init__(b"", partition=partition)
+    def __init__(self, partition: int = 0, offset: int = 0) -> None:
+        super().__init__(b"", partition=partition, offset=offset)
 
     def error(self):
         from confluent_kafka import KafkaError
@@ -47,7 +51,8 @@ class Eof(Msg):
 class FakeLedger:
     def __init__(self, entries: list[dict], append_ms: list[int] | None = None, eof: bool = False) -> None:
         stamps = append_ms or [0] * len(entries)
-        self.batches = [[Msg(encode(e), t) for e, t in zip(entries, stamps)] + ([Eof()] if eof else [])]
+        self.batches = [[Msg(encode(e), t, offset=i) for i, (e, t) in enumerate(zip(entries, stamps))]
+                        + ([Eof(offset=len(entries))] if eof else [])]
 
     def consume(self, _n: int, _timeout: float) -> list[Msg]:
         return self.batches.pop(0) if self.batches else []
@@ -187,6 +192,66 @@ def test_the_ledger_is_away_without_an_answer_a_leader_or_its_min_isr():
     look(prober, UP, 20)
     assert prober.snapshot().ledger_reachable and prober.snapshot().ledger_back_us == (T0 / 1000 + 20) * 1e6
 
+
+
+class Reader(LedgerMetadata):
+    """A ledger reader that never finds a broker (or, ``parts`` given, answers), and what was done to it."""
+
+    def __init__(self, parts=None) -> None:
+        super().__init__(parts)
+        self.assigned: list | None = None
+        self.closed = False
+
+    def assign(self, tps) -> None:
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_ledger_reader_that_finds_no_broker_for_a_while_is_made_anew_where_the_old_one_read():
+    """librdkafka may be left knowing no broker at all after a broker answered with none (issue
+    5301; a one-node ledger's restart left the prober's reader so for over a minute): a reader
+    whose metadata requests found no broker for LEDGER_READER_RENEW_S is replaced by a new one that
+    reads on where the old one stood — the next offset after what it read, the end where it saw
+    the end, the start it was given where it read nothing — at most once per that interval; an
+    answer (even one of a ledger without leaders) resets the count."""
+    from monitor.watch.prober import LEDGER_READER_RENEW_S as RENEW
+
+    prober = ledger_prober("separate")  # read entries 0 and 1 of partition 0
+    prober.ledger = FakeLedger([])
+    # then partition 0's end, past a control record at 2, and a record at 40 of partition 1 (not an entry)
+    prober.ledger.batches = [[Eof(0, offset=3), Msg(b"not an entry", partition=1, offset=40)]]
+    prober.ledger_next.update({1: 0, 2: -1})  # as assigned; 2: at its end, nothing read since
+    prober._read_ledger()
+    topic = prober.cfg.ledger.topic
+    made: list[Reader] = []
+    prober._ledger_reader = lambda: made.append(Reader()) or made[-1]
+    first = prober.ledger = Reader()
+    said: list[str] = []
+    prober.say = said.append
+    t0 = T0 / 1000
+    prober._check_ledger(t0)
+    prober._check_ledger(t0 + RENEW - 0.1)
+    assert made == [] and not first.closed
+    prober._check_ledger(t0 + RENEW)
+    assert len(made) == 1 and first.closed and prober.ledger is made[0]
+    assert made[0].assigned == [(topic, 0, 3), (topic, 1, 41), (topic, 2, -1)]
+    assert "made anew" in said[-1] and "15 s" in said[-1]
+    prober._check_ledger(t0 + 2 * RENEW - 0.1)  # not again within the interval
+    assert len(made) == 1
+    prober._check_ledger(t0 + 2 * RENEW)
+    assert len(made) == 2 and made[0].closed
+    assert not prober.snapshot().ledger_reachable
+    # an answer resets the count: no renewal until the interval has passed again from the next failure
+    prober.ledger = Reader([(1, 2), (-1, 0), (0, 2)])  # answers, one partition without a leader
+    prober._check_ledger(t0 + 3 * RENEW)
+    prober.ledger = Reader()
+    for at in (3 * RENEW + 1, 4 * RENEW + 0.9):
+        prober._check_ledger(t0 + at)
+    assert len(made) == 2
+    prober._check_ledger(t0 + 4 * RENEW + 1)
+    assert len(made) == 3
 
 def test_a_wait_for_a_ledger_of_its_own_that_is_away_is_the_ledgers_then_counts_from_its_return():
     """The ledger's own cluster does not answer: the writer's outcome (it may have been
