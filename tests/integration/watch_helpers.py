@@ -214,8 +214,13 @@ def violations(port: int) -> dict[tuple[str, str], int]:
 def final_counts(run: "Background") -> dict[tuple[str, str], int]:
     """(invariant, isolation) -> count, whatever the durability class, from the totals `vigil run
     --json` prints once stopped (the checker drained: more complete than any scrape before)."""
+    return counts_of(run.stdout_json())
+
+
+def counts_of(report: dict) -> dict[tuple[str, str], int]:
+    """(invariant, isolation) -> count, whatever the durability class, of a `--json` report's checker."""
     out: dict[tuple[str, str], int] = {}
-    for key, n in run.stdout_json()["checker"]["violations"].items():
+    for key, n in report["checker"]["violations"].items():
         inv, iso, _durability = key.split("/")
         out[(inv, iso)] = out.get((inv, iso), 0) + n
     return out
