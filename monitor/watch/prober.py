@@ -56,6 +56,12 @@ LEDGER_READER_RENEW_S = 15.0
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID}
 
 
+def _close_aside(client: Any) -> None:
+    """Close a client in a thread of its own: closing joins its broker threads, and one stuck
+    resolving a name that is gone could hold up the prober's round."""
+    threading.Thread(target=client.close, name="vigil-prober-close", daemon=True).start()
+
+
 @dataclass
 class PartitionEnds:
     high_watermark: int = -1
@@ -156,9 +162,7 @@ class Prober(threading.Thread):
                 consumer.assign(tps)
             ledger_md = self.ledger.list_topics(self.cfg.ledger.topic, timeout=3).topics.get(self.cfg.ledger.topic)
             if ledger_md is not None and ledger_md.partitions and not self.ledger_at_end:
-                starts = self._ledger_start(list(ledger_md.partitions))
-                self.ledger_next = {tp.partition: tp.offset for tp in starts}
-                self.ledger.assign(starts)
+                self._assign_ledger(list(ledger_md.partitions))
                 self.ledger_at_end = {p: False for p in ledger_md.partitions}
             if info.topic_id != self.assigned_topic_id:  # a new topic: its ends start afresh
                 with self.lock:
@@ -167,18 +171,36 @@ class Prober(threading.Thread):
                 self.eof.clear()
             self.assigned_topic_id = info.topic_id
 
+    def _assign_ledger(self, partitions: list[int]) -> None:
+        starts = self._ledger_start(partitions)
+        self.ledger_next = {tp.partition: tp.offset for tp in starts}
+        self.ledger.assign(starts)
+
     def _ledger_start(self, partitions: list[int]) -> list[TopicPartition]:
-        """Where the prober starts reading the ledger: ``LEDGER_LOOKBACK_S`` back (the end where
-        nothing is that recent). A writer stuck initialising its producer writes its ``init`` entry
-        and then nothing at all, so a prober that started at the end after it would never know."""
+        """Where the prober starts reading the ledger: ``LEDGER_LOOKBACK_S`` back (its end, as an
+        offset, where nothing is that recent). A writer stuck initialising its producer writes its
+        ``init`` entry and then nothing at all, so a prober that started at the end after it would
+        never know. The end is an offset, not ``OFFSET_END``, where the brokers say it: a reader made
+        anew (:meth:`_renew_ledger_reader_if_stuck`) must start where this one did, not at an end
+        that has moved on meanwhile (``OFFSET_END`` only when no broker answered either question)."""
+        topic = self.cfg.ledger.topic
         since_ms = int((time.time() - LEDGER_LOOKBACK_S) * 1000)
-        want = [TopicPartition(self.cfg.ledger.topic, p, since_ms) for p in partitions]
         try:
-            found = {tp.partition: tp.offset for tp in self.ledger.offsets_for_times(want, timeout=3)}
+            found = {tp.partition: tp.offset
+                     for tp in self.ledger.offsets_for_times([TopicPartition(topic, p, since_ms) for p in partitions],
+                                                             timeout=3)}
         except KafkaException:
             found = {}
-        return [TopicPartition(self.cfg.ledger.topic, p, found.get(p, -1) if found.get(p, -1) >= 0 else OFFSET_END)
-                for p in partitions]
+        starts = []
+        for p in partitions:
+            offset = found.get(p, -1)
+            if offset < 0:
+                try:  # (the ledger is not transactional: its end is the high watermark)
+                    offset = self.ledger.get_watermark_offsets(TopicPartition(topic, p), timeout=3)[1]
+                except KafkaException:
+                    offset = OFFSET_END
+            starts.append(TopicPartition(topic, p, offset if offset >= 0 else OFFSET_END))
+        return starts
 
     # -- one round -------------------------------------------------------------------------
 
@@ -214,10 +236,15 @@ class Prober(threading.Thread):
         if now - max(self.ledger_unanswered_since, self.ledger_renewed_at) < LEDGER_READER_RENEW_S:
             return
         self.ledger_renewed_at = now
-        old, self.ledger = self.ledger, self._ledger_reader()
         topic = self.cfg.ledger.topic
-        self.ledger.assign([TopicPartition(topic, p, off) for p, off in sorted(self.ledger_next.items())])
-        old.close()
+        new = self._ledger_reader()
+        try:
+            new.assign([TopicPartition(topic, p, off) for p, off in sorted(self.ledger_next.items())])
+        except Exception:
+            _close_aside(new)
+            raise
+        old, self.ledger = self.ledger, new
+        _close_aside(old)
         self.say(f"prober: no ledger broker answered for {now - self.ledger_unanswered_since:.0f} s "
                  f"({exc.args[0].str() if exc.args else exc}); its ledger reader made anew")
 

@@ -193,20 +193,23 @@ def test_the_ledger_is_away_without_an_answer_a_leader_or_its_min_isr():
     assert prober.snapshot().ledger_reachable and prober.snapshot().ledger_back_us == (T0 / 1000 + 20) * 1e6
 
 
-
 class Reader(LedgerMetadata):
     """A ledger reader that never finds a broker (or, ``parts`` given, answers), and what was done to it."""
 
     def __init__(self, parts=None) -> None:
         super().__init__(parts)
         self.assigned: list | None = None
-        self.closed = False
+        self.closing = threading.Event()
 
     def assign(self, tps) -> None:
         self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
     def close(self) -> None:
-        self.closed = True
+        self.closing.set()
+
+    @property
+    def closed(self) -> bool:
+        return self.closing.wait(5)  # (closed in a thread of its own)
 
 
 def test_a_ledger_reader_that_finds_no_broker_for_a_while_is_made_anew_where_the_old_one_read():
@@ -222,7 +225,7 @@ def test_a_ledger_reader_that_finds_no_broker_for_a_while_is_made_anew_where_the
     prober.ledger = FakeLedger([])
     # then partition 0's end, past a control record at 2, and a record at 40 of partition 1 (not an entry)
     prober.ledger.batches = [[Eof(0, offset=3), Msg(b"not an entry", partition=1, offset=40)]]
-    prober.ledger_next.update({1: 0, 2: -1})  # as assigned; 2: at its end, nothing read since
+    prober.ledger_next.update({1: 0, 2: -1})  # as assigned; 2: OFFSET_END (no broker told its end), nothing read
     prober._read_ledger()
     topic = prober.cfg.ledger.topic
     made: list[Reader] = []
@@ -233,7 +236,7 @@ def test_a_ledger_reader_that_finds_no_broker_for_a_while_is_made_anew_where_the
     t0 = T0 / 1000
     prober._check_ledger(t0)
     prober._check_ledger(t0 + RENEW - 0.1)
-    assert made == [] and not first.closed
+    assert made == [] and not first.closing.is_set()
     prober._check_ledger(t0 + RENEW)
     assert len(made) == 1 and first.closed and prober.ledger is made[0]
     assert made[0].assigned == [(topic, 0, 3), (topic, 1, 41), (topic, 2, -1)]
@@ -252,6 +255,7 @@ def test_a_ledger_reader_that_finds_no_broker_for_a_while_is_made_anew_where_the
     assert len(made) == 2
     prober._check_ledger(t0 + 4 * RENEW + 1)
     assert len(made) == 3
+
 
 def test_a_wait_for_a_ledger_of_its_own_that_is_away_is_the_ledgers_then_counts_from_its_return():
     """The ledger's own cluster does not answer: the writer's outcome (it may have been
@@ -437,8 +441,8 @@ def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_writte
     from monitor.watch.prober import LEDGER_LOOKBACK_S
 
     class Ledger:
-        def __init__(self, fail=False):
-            self.fail, self.asked = fail, []
+        def __init__(self, fail=False, ends_fail=False):
+            self.fail, self.ends_fail, self.asked, self.assigned = fail, ends_fail, [], None
 
         def offsets_for_times(self, tps, timeout):
             if self.fail:
@@ -446,12 +450,25 @@ def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_writte
             self.asked = [(tp.partition, tp.offset) for tp in tps]
             return [type(tp)(tp.topic, tp.partition, {0: 120, 1: -1}[tp.partition]) for tp in tps]
 
+        def get_watermark_offsets(self, tp, timeout):
+            if self.ends_fail:
+                raise KafkaException("no broker answered")
+            return (3, {0: 200, 1: 77}[tp.partition])
+
+        def assign(self, tps):
+            self.assigned = [(tp.partition, tp.offset) for tp in tps]
+
     prober = Prober(parse({}), lambda _v: None, threading.Event())
     prober.ledger = Ledger()
     start = prober._ledger_start([0, 1])
-    assert [(tp.partition, tp.offset) for tp in start] == [(0, 120), (1, OFFSET_END)]  # partition 1: nothing that recent
+    # partition 1: nothing that recent, so its end — as an offset: a reader made anew starts there too
+    assert [(tp.partition, tp.offset) for tp in start] == [(0, 120), (1, 77)]
     assert all(abs(ms / 1000 - (time.time() - LEDGER_LOOKBACK_S)) < 5 for _p, ms in prober.ledger.asked)
+    prober._assign_ledger([0, 1])
+    assert prober.ledger.assigned == [(0, 120), (1, 77)] and prober.ledger_next == {0: 120, 1: 77}
     prober.ledger = Ledger(fail=True)
+    assert [tp.offset for tp in prober._ledger_start([0, 1])] == [200, 77]
+    prober.ledger = Ledger(fail=True, ends_fail=True)
     assert [tp.offset for tp in prober._ledger_start([0])] == [OFFSET_END]
 
 
