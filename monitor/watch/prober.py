@@ -191,14 +191,14 @@ class Prober(threading.Thread):
                                                              timeout=3)}
         except KafkaException:
             found = {}
-        starts = []
+        starts, answering = [], True
         for p in partitions:
             offset = found.get(p, -1)
-            if offset < 0:
+            if offset < 0 and answering:  # (once no broker answered, the others are not asked: 3 s each)
                 try:  # (the ledger is not transactional: its end is the high watermark)
                     offset = self.ledger.get_watermark_offsets(TopicPartition(topic, p), timeout=3)[1]
                 except KafkaException:
-                    offset = OFFSET_END
+                    answering = False
             starts.append(TopicPartition(topic, p, offset if offset >= 0 else OFFSET_END))
         return starts
 

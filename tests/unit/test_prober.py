@@ -442,7 +442,7 @@ def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_writte
 
     class Ledger:
         def __init__(self, fail=False, ends_fail=False):
-            self.fail, self.ends_fail, self.asked, self.assigned = fail, ends_fail, [], None
+            self.fail, self.ends_fail, self.asked, self.assigned, self.ends_asked = fail, ends_fail, [], None, 0
 
         def offsets_for_times(self, tps, timeout):
             if self.fail:
@@ -451,6 +451,7 @@ def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_writte
             return [type(tp)(tp.topic, tp.partition, {0: 120, 1: -1}[tp.partition]) for tp in tps]
 
         def get_watermark_offsets(self, tp, timeout):
+            self.ends_asked += 1
             if self.ends_fail:
                 raise KafkaException("no broker answered")
             return (3, {0: 200, 1: 77}[tp.partition])
@@ -470,6 +471,9 @@ def test_the_prober_starts_reading_the_ledger_ten_minutes_back_so_an_init_writte
     assert [tp.offset for tp in prober._ledger_start([0, 1])] == [200, 77]
     prober.ledger = Ledger(fail=True, ends_fail=True)
     assert [tp.offset for tp in prober._ledger_start([0])] == [OFFSET_END]
+    prober.ledger = Ledger(fail=True, ends_fail=True)
+    assert [tp.offset for tp in prober._ledger_start([0, 1])] == [OFFSET_END, OFFSET_END]
+    assert prober.ledger.ends_asked == 1  # no broker answered: the second partition's end is not asked (3 s)
 
 
 class FetchingConsumer:
