@@ -10,7 +10,11 @@ it warm up, then:
 - **detection latency**: ``drills`` drills, one at a time, kinds in turn
   (:data:`LIVE_DRILLS`), partitions in turn: from the moment the drill returned — its records
   acknowledged, i.e. readable, and its ledger entries durable — to the moment ``/metrics`` shows
-  every counter of the drill's row moved by what the drill table says, polled every 50 ms.
+  every counter of the drill's row moved by what the drill table says, polled every 50 ms;
+- **the floor** (:func:`run_floor`, ``vigil bench --live --floor S``): then the same writers at the
+  same rate under ``vigil run --no-check`` — every batch fetched, decoded, written ahead and handed
+  over as the checker's are, nothing judged — and its produce → read latency over ``S`` seconds:
+  what Spark and the rest of the pipeline cost on this machine under this load, below any checker.
 
 Everything runs on this machine beside the cluster; the figures are medians of what one run
 saw, not a promise. At the end its topics are deleted (a run of a few minutes at 2,000 writes/s
@@ -108,38 +112,81 @@ def _summary(values: list[float]) -> dict[str, float]:
             "max_s": round(ordered[-1], 3)}
 
 
+class LiveRun:
+    """One `vigil run` of the bench on topics and a directory of its own (:meth:`start`), its
+    ``/metrics`` on ``port``; :meth:`finish` stops it, then deletes its topics and directory, or
+    keeps and names them when the run failed."""
+
+    def __init__(self, cfg: Config, rate: float, progress: Callable[[str], None]) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-live-"))
+        self.port = free_port()
+        self.progress = progress
+        scale = rate / max(sum(w.rate for w in cfg.writers), 1e-9)
+        # its own topics: named after the time and its directory, so two runs never share (and delete) one
+        name = f"vigil-bench-live-{int(time.time())}-{self.tmp.name.rsplit('-', 1)[-1].lower()}"
+        live = cfg.model_copy(update={
+            "state_dir": str(self.tmp / "state"),
+            "canary": cfg.canary.model_copy(update={"name": name}),
+            "metrics": cfg.metrics.model_copy(update={"port": self.port, "bind": "127.0.0.1"}),
+            "writers": [w.model_copy(update={"rate": w.rate * scale}) for w in cfg.writers],
+        })
+        own = own_application_canaries(live.canary.name)
+        self.cfg = live.model_copy(update={
+            "ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"}),
+            "groups": cfg.groups.model_copy(update=own["groups"]), "eos": cfg.eos.model_copy(update=own["eos"])})
+        self.proc: subprocess.Popen | None = None
+        self.topics: Any = None
+
+    def start(self, *args: str) -> None:
+        """`vigil run --json` (and ``args``) on its topics, returned once it completed a micro-batch."""
+        from monitor.canary.runner import prepare_topics
+
+        path = self.tmp / "vigil.yaml"
+        write_document(self.cfg, path)
+        self.topics = prepare_topics(self.cfg)
+        with (self.tmp / "run.out").open("w") as out_file, (self.tmp / "run.err").open("w") as err_file:
+            self.proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", *args,
+                                          "--config", str(path)], stdout=out_file, stderr=err_file)
+        if not first_batch(self.port, self.proc, 180) and self.proc.poll() is not None:
+            raise RuntimeError(f"vigil run exited: {(self.tmp / 'run.err').read_text()[-2000:]}")
+
+    def finish(self, failed: bool) -> None:
+        if self.proc is not None:
+            rc = child_run.stop(self.proc, 120, dump_to=self.tmp / "threads.txt")
+            if rc == -9:
+                self.progress(f"vigil run did not stop within 120 s: its threads are in {self.tmp / 'run.err'} and "
+                              f"{self.tmp / 'threads.txt'}")
+            failed = failed or rc != 0
+        if failed:  # kept for a look: the run's config, state and output, and the topics they name
+            self.progress(f"the live bench did not end cleanly: vigil run's config, state and output are kept in "
+                          f"{self.tmp}, its topics ({self.cfg.canary.name}*) in the cluster")
+        else:
+            delete_run_topics(self.cfg, self.progress)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _percentiles(first: dict, last: dict) -> dict[str, dict[str, Any]]:
+    """Per isolation level, the e2e histogram's growth between two scrapes as records, p50 and p99."""
+    out = {}
+    a, b = _e2e(first), _e2e(last)
+    for iso in b:
+        counts = [y - x for x, y in zip(a[iso], b[iso])]
+        out[iso] = {"records": int(sum(counts)), "p50_s": _round(percentile(E2E_BUCKETS, counts, 0.5)),
+                    "p99_s": _round(percentile(E2E_BUCKETS, counts, 0.99))}
+    return out
+
+
 def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
-    from monitor.canary.runner import prepare_topics
     from monitor.drills import run_drill
 
-    tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-live-"))
-    port = free_port()
-    scale = rate / max(sum(w.rate for w in cfg.writers), 1e-9)
-    # its own topics: named after the time and its directory, so two runs never share (and delete) one
-    name = f"vigil-bench-live-{int(time.time())}-{tmp.name.rsplit('-', 1)[-1].lower()}"
-    live = cfg.model_copy(update={
-        "state_dir": str(tmp / "state"),
-        "canary": cfg.canary.model_copy(update={"name": name}),
-        "metrics": cfg.metrics.model_copy(update={"port": port, "bind": "127.0.0.1"}),
-        "writers": [w.model_copy(update={"rate": w.rate * scale}) for w in cfg.writers],
-    })
-    own = own_application_canaries(live.canary.name)
-    live = live.model_copy(update={"ledger": cfg.ledger.model_copy(update={"topic": f"{live.canary.name}-ledger"}),
-                                   "groups": cfg.groups.model_copy(update=own["groups"]),
-                                   "eos": cfg.eos.model_copy(update=own["eos"])})
+    run = LiveRun(cfg, rate, progress)
+    live = run.cfg
     result: dict[str, Any] = {"rate": rate, "writers": {w.name: round(w.rate, 1) for w in live.writers},
                               "topic": live.canary.name}
-    proc: subprocess.Popen | None = None
+    port = run.port
     failed = True  # until the run is measured and vigil run stopped cleanly: then its topics and directory go
     try:
-        path = tmp / "vigil.yaml"
-        write_document(live, path)
-        topics = prepare_topics(live)
-        with (tmp / "run.out").open("w") as out_file, (tmp / "run.err").open("w") as err_file:
-            proc = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--json", "--config", str(path)],
-                                    stdout=out_file, stderr=err_file)
-        if not first_batch(port, proc, 180) and proc.poll() is not None:
-            raise RuntimeError(f"vigil run exited: {(tmp / 'run.err').read_text()[-2000:]}")
+        run.start()
         progress(f"vigil run is checking; warming up {warmup_s:.0f} s at {rate:,.0f} writes/s")
         time.sleep(warmup_s)
         first = scrape(port)
@@ -150,7 +197,7 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
             kind = LIVE_DRILLS[i % len(LIVE_DRILLS)]
             want = {(inv.value, iso.value): n for (inv, iso), n in expected_counts(kind, 1).items()}
             before = _violations(scrape(port))
-            run_drill(live, topics, kind, 1, i % topics.canary.partitions)
+            run_drill(live, run.topics, kind, 1, i % run.topics.canary.partitions)
             done = time.monotonic()
             seen = None
             while time.monotonic() - done < 30:
@@ -167,31 +214,38 @@ def run_live(cfg: Config, rate: float, drills: int, warmup_s: float, progress: C
             progress(f"drill {i + 1}/{drills} {kind}: "
                      + ("not seen in 30 s" if seen is None else f"on /metrics after {seen:.2f} s"))
         last = scrape(port)
-        e2e = {}
-        a, b = _e2e(first), _e2e(last)
-        for iso in b:
-            counts = [y - x for x, y in zip(a[iso], b[iso])]
-            e2e[iso] = {"records": int(sum(counts)),
-                        "p50_s": _round(percentile(E2E_BUCKETS, counts, 0.5)),
-                        "p99_s": _round(percentile(E2E_BUCKETS, counts, 0.99))}
-        result.update({"produce_to_checked": e2e, "time_split": _time_split(first, last),
+        result.update({"produce_to_checked": _percentiles(first, last), "time_split": _time_split(first, last),
                        "state_mb": round(last.get(("vigil_state_bytes", ()), 0.0) / 2**20, 3),
                        "detection": _summary(detections), "missed_drills": missed,
                        "detection_by_kind": {k: _summary(v) for k, v in by_kind.items()}})
         failed = missed > 0
     finally:
-        if proc is not None:
-            rc = child_run.stop(proc, 120, dump_to=tmp / "threads.txt")
-            if rc == -9:
-                progress(f"vigil run did not stop within 120 s: its threads are in {tmp / 'run.err'} and "
-                         f"{tmp / 'threads.txt'}")
-            failed = failed or rc != 0
-        if failed:  # kept for a look: the run's config, state and output, and the topics they name
-            progress(f"the live bench did not end cleanly: vigil run's config, state and output are kept in {tmp}, "
-                     f"its topics ({live.canary.name}*) in the cluster")
-        else:
-            delete_run_topics(live, progress)
-            shutil.rmtree(tmp, ignore_errors=True)
+        run.finish(failed)
+    return result
+
+
+def run_floor(cfg: Config, rate: float, warmup_s: float, measure_s: float, progress: Callable[[str], None]
+              ) -> dict[str, Any]:
+    """The pipeline's own floor: the same composition at the same rate, `vigil run --no-check` (every
+    batch fetched, decoded and handed over as the checker's are, nothing judged), its produce → read
+    latency over ``measure_s`` after ``warmup_s``, and where a trigger's time went."""
+    run = LiveRun(cfg, rate, progress)
+    failed = True
+    try:
+        run.start("--no-check")
+        progress(f"vigil run --no-check is reading; warming up {warmup_s:.0f} s, then measuring {measure_s:.0f} s "
+                 f"at {rate:,.0f} writes/s")
+        time.sleep(warmup_s)
+        first = scrape(run.port)
+        time.sleep(measure_s)
+        last = scrape(run.port)
+        found = sum(_violations(last).values())
+        checked = sum(v for (name, _labels), v in last.items() if name == "vigil_records_checked_total")
+        result = {"topic": run.cfg.canary.name, "seconds": measure_s, "produce_to_read": _percentiles(first, last),
+                  "time_split": _time_split(first, last), "violations": int(found), "records_checked": int(checked)}
+        failed = found > 0 or checked > 0  # (nothing is judged: a counter that moved is a bug, kept for a look)
+    finally:
+        run.finish(failed)
     return result
 
 

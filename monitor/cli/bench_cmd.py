@@ -21,6 +21,10 @@ def bench(
     rate: float = typer.Option(2000.0, min=1, help="--live: writes/s of all canary writers together."),
     drills: int = typer.Option(50, min=1, help="--live: drills whose detection latency is measured."),
     warmup: float = typer.Option(20.0, min=0, help="--live: seconds of load before measuring."),
+    floor: float = typer.Option(60.0, min=0, help="--live: then seconds of the pipeline's own floor measured: the "
+                                "same writers at the same rate under `vigil run --no-check` (every batch fetched, "
+                                "decoded and handed over, nothing judged), its produce → read latency beside the "
+                                "checker's; 0 = none."),
     warm: bool = typer.Option(True, "--jvm-warmup/--no-jvm-warmup", help="An untimed pass over the topic before (b) "
                               "and (c), so neither pays alone for the JVM's class loading and JIT."),
     standalone: int = typer.Option(0, min=0, help="Run (b) and (c) on a Spark standalone cluster of this many "
@@ -35,7 +39,9 @@ def bench(
     (c) the full checker — each reading both isolation levels; prints records/s, the ratios
     c/b and c/a, peak RSS and CPU seconds per million reads. `--live` also runs `vigil run` at
     `--rate` writes/s and reports produce-to-checked latency and, over `--drills` drills, the
-    detection latency (drill written to counter moved on /metrics), p50 and p99.
+    detection latency (drill written to counter moved on /metrics), p50 and p99; then, for
+    `--floor` seconds, the same load under `vigil run --no-check`: the pipeline's own produce → read
+    latency, what any checker's figures stand on.
 
     The topic is `vigil-bench-<records>-paced` (replication factor 1, its own ledger), filled once
     on the configured cluster or the local one (started if needed) by three idempotent writers and
@@ -59,7 +65,7 @@ def bench(
     if cfg.embedded:
         up_for(cfg, progress)
     try:
-        _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm, standalone)
+        _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm, standalone, floor)
     finally:
         if started and not keep_cluster:
             from monitor.cluster.local_cluster import LocalCluster
@@ -78,7 +84,7 @@ def _local_cluster_running(cfg) -> bool:
         return False
 
 
-def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm, standalone) -> None:
+def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm, standalone, floor) -> None:
     from monitor.bench import run_bench
 
     which = tuple((only or "bare,spark,checker").split(",")) + (("live",) if live else ())
@@ -87,9 +93,11 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
         raise typer.BadParameter(f"unknown: {', '.join(sorted(unknown))}", param_hint="--only")
     result = run_bench(cfg, records, which, progress, standalone, warm).to_json() if set(which) - {"live"} else {}
     if "live" in which:
-        from monitor.bench_live import run_live
+        from monitor.bench_live import run_floor, run_live
 
         result["live"] = run_live(load_config(config), rate, drills, warmup, progress)
+        if floor:
+            result["live"]["floor"] = run_floor(load_config(config), rate, warmup, floor, progress)
     if as_json:
         print_json(result)
         return
@@ -119,4 +127,8 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
             console.print(f"produce→checked {iso}: p50 {f['p50_s']} s, p99 {f['p99_s']} s ({f['records']:,} records)")
         console.print(f"detection: {lv['detection']} (missed {lv['missed_drills']})")
         console.print(f"checker state at the end: {lv['state_mb']} MB")
+        if "floor" in lv:
+            for iso, f in lv["floor"]["produce_to_read"].items():
+                console.print(f"floor (--no-check) produce→read {iso}: p50 {f['p50_s']} s, p99 {f['p99_s']} s "
+                              f"({f['records']:,} records)")
     err_console.print("reads count both isolation levels (2 × records)")

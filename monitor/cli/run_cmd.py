@@ -35,6 +35,12 @@ def run(
         None, help="Stop after the writers wrote for this many seconds (default: until Ctrl-C). They start "
         "once the checker's query runs."),
     as_json: bool = typer.Option(False, "--json", help="Print the writers' final summaries as JSON."),
+    check: bool = typer.Option(True, "--check/--no-check", help="--no-check: judge nothing — read, decode and hand "
+                               "over every batch as the checker's query does, and count only produce → read latency "
+                               "(vigil_e2e_latency_seconds): the pipeline's own floor, which `vigil bench --live` "
+                               "measures beside the checker. Every violation counter stays 0. Its checkpoint "
+                               "directory is marked and refused by a checking monitor later (and a checker's is "
+                               "refused by it)."),
 ) -> None:
     """Run the embedded default: local 3-node cluster, canary writers and the live checker.
 
@@ -54,7 +60,10 @@ def run(
                           f"(active controller: node {status.active_controller})")
     registry = CollectorRegistry()
     metrics = producer_metrics(registry)
-    runtime = WatchRuntime(cfg, progress)
+    runtime = WatchRuntime(cfg, progress, check=check)
+    if not check:
+        err_console.print("--no-check: nothing is judged (every violation counter stays 0); only produce → read "
+                          "latency is measured")
     runtime.serve_metrics(registry)  # from the start: a cluster that refuses the clients shows there
     requested, writers_stop = threading.Event(), threading.Event()
     install_stop_handlers(requested)

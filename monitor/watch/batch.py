@@ -75,6 +75,20 @@ def apply_batch(checker: Checker, table: pa.Table, fresh_id: Callable[[str], str
     return checker.settle(), stats
 
 
+def latencies_only(table: pa.Table, now: float | None = None) -> BatchStats:
+    """A batch's produce → read latencies and nothing else: what ``vigil run --no-check`` keeps of
+    a batch (the pipeline's own floor, :mod:`monitor.bench_live`). Every other row is left unread."""
+    now = time.time() if now is None else now
+    stats = BatchStats()
+    if "kind" not in table.column_names:
+        return stats
+    for s, iso in ISOLATION_OF.items():
+        rows = table.filter(pc.and_(pc.equal(table.column("src"), s), pc.equal(table.column("kind"), KIND_LATENCY)))
+        if rows.num_rows:
+            _latencies(iso, rows, now, stats)
+    return stats
+
+
 LEDGER_ROWS_SCHEMA = pa.schema([("partition", pa.int32()), ("ts_us", pa.int64()), ("value", pa.binary())])
 
 

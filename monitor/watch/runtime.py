@@ -30,7 +30,7 @@ from monitor.watch import http
 from monitor.watch import state as state_store
 from monitor.watch import write_ahead
 from monitor.watch import ledger_hold as held_ledger
-from monitor.watch.batch import BatchStats, EosInput, apply_batch, apply_ledger_rows
+from monitor.watch.batch import BatchStats, EosInput, apply_batch, apply_ledger_rows, latencies_only
 from monitor.watch.eos_feed import EosFeed
 from monitor.watch.offset_log import batch_ends, drop_unrunnable_batch
 from monitor.watch.executor import decode_table
@@ -53,8 +53,9 @@ class QueryStatus:
 
 
 class WatchRuntime:
-    def __init__(self, cfg: Config, progress: Callable[[str], None] = lambda _m: None) -> None:
+    def __init__(self, cfg: Config, progress: Callable[[str], None] = lambda _m: None, check: bool = True) -> None:
         self.cfg = cfg
+        self.check = check  # False (`vigil run --no-check`): batches fetched and handed over, nothing judged
 
         def say(message: str) -> None:  # a full volume may hold stderr too: saying must not fail
             try:
@@ -69,6 +70,7 @@ class WatchRuntime:
         self.lock = threading.RLock()
         self.watched = (cfg.canary.name,)
         self.owner = state_store.own(self.dir)  # one monitor per state: `vigil state rebuild` waits for none
+        state_store.claim_for(self.dir, check)  # a state read unchecked is never checked on (nor the reverse)
         self.unloadable: state_store.StateError | None = None  # why a revert failed (_revert): nothing more saved
         self.state = self._load()
         self.eos_feed = EosFeed(cfg) if cfg.eos.enabled else None
@@ -287,11 +289,14 @@ class WatchRuntime:
                 return
             applying = time.monotonic()
             try:
-                self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
-                ledger = self._ledger_due(batch_id, table)
-                violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=batch.eos,
-                                                group_reader_at=batch.group_reader_at, ledger=ledger,
-                                                fill=self._fill)
+                if self.check:
+                    self._note_topic()  # the canary topic's ID now, and below its log start nothing is judged
+                    ledger = self._ledger_due(batch_id, table)
+                    violations, stats = apply_batch(self.state.checker, table, self.topics.fresh_id, eos=batch.eos,
+                                                    group_reader_at=batch.group_reader_at, ledger=ledger,
+                                                    fill=self._fill)
+                else:  # --no-check: the pipeline's own latency, nothing judged
+                    violations, stats = [], latencies_only(table)
                 checked = time.monotonic()
                 st = self.state
                 st.malformed.update(stats.malformed)
@@ -385,6 +390,8 @@ class WatchRuntime:
         """After each prober round: the topic's ID, high watermarks that went backwards, then what
         is to be read again."""
         rewinds = self.prober.take_rewinds()
+        if not self.check:
+            return
         with self.lock:
             self._note_topic()
             for tid, p, new, old in rewinds:
@@ -401,7 +408,7 @@ class WatchRuntime:
     def eos_tick(self) -> None:
         """The EOS pipeline judged between batches: with its output read to the end no batch comes,
         yet the last commits are still to be judged. Saved only when it found something."""
-        if self.eos_feed is None or self.state.batch_id < 0:
+        if self.eos_feed is None or self.state.batch_id < 0 or not self.check:
             return
         sample = self.eos_feed.sample()
         with self.lock:
@@ -548,6 +555,8 @@ class WatchRuntime:
             self._refetching.release()
 
     def record_liveness(self, violations: list[Violation]) -> None:
+        if not self.check:
+            return  # (--no-check judges nothing)
         with self.lock:
             for v in violations:
                 self.state.liveness[(v.invariant, v.isolation)] += 1

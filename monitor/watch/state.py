@@ -162,6 +162,33 @@ class StateSaveError(StateError):
                          f"of) the volume of {what.parent}. A damaged state is rebuilt with `vigil state rebuild`")
 
 
+UNCHECKED_FILE = "unchecked"  # beside the state of a `vigil run --no-check`: what it read was never judged
+
+
+def claim_for(directory: Path, check: bool) -> None:
+    """A checkpoint directory is a checking monitor's or a ``--no-check`` run's, for good. A checking
+    monitor refuses one where records were read unchecked (it would go on after them: never judged);
+    a ``--no-check`` run refuses a checker's (it would move that Spark checkpoint past records it does
+    not check) and marks the directory it takes."""
+    marker = directory / UNCHECKED_FILE
+    if marker.exists():
+        if check:
+            raise StateError(f"{directory} is the checkpoint of a `vigil run --no-check`, which read records "
+                             f"without checking them: a checking monitor needs a directory of its own (another "
+                             f"state_dir or watch.checkpoint_dir), or this one deleted")
+        return
+    if check:
+        return
+    if (directory / STATE_FILE).exists() or (directory / "spark").exists():
+        raise StateError(f"{directory} holds a checker's state: `--no-check` would read past what it has not "
+                         f"checked yet; give the run a state_dir (or watch.checkpoint_dir) of its own")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        marker.write_text("records read here by `vigil run --no-check` were never checked\n")
+    except OSError as exc:
+        raise StateError(f"cannot mark {directory} as unchecked: {exc.strerror or exc}") from None
+
+
 LOCK_FILE = "vigil.lock"
 
 

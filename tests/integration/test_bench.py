@@ -35,8 +35,16 @@ def test_bench_measures_all_three_readers_over_the_same_records(cluster_ready, t
 
 def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_ready, tmp_path):
     cfg, path = watch_config(cluster_ready, tmp_path, "bench-live", 0)
-    out = vigil_json(path, "bench", "--only", "live", "--drills", "2", "--rate", "500", "--warmup", "5", timeout=600)
+    out = vigil_json(path, "bench", "--only", "live", "--drills", "2", "--rate", "500", "--warmup", "5",
+                     "--floor", "10", timeout=600)
     live = out["live"]
+    # the floor: the same load under `vigil run --no-check`, its produce → read latency, nothing judged
+    floor = live["floor"]
+    assert floor["violations"] == 0 and floor["records_checked"] == 0 and floor["topic"] != live["topic"]
+    for iso in ("read_committed", "read_uncommitted"):
+        assert floor["produce_to_read"][iso]["records"] > 0
+        assert 0 < floor["produce_to_read"][iso]["p50_s"] <= floor["produce_to_read"][iso]["p99_s"]
+    assert floor["time_split"]["batches"] > 0 and floor["time_split"]["per_batch_s"]["fetch"] > 0
     assert live["missed_drills"] == 0 and live["detection"]["n"] == 2
     assert 0 < live["detection"]["p50_s"] <= live["detection"]["p99_s"] < 30
     for iso in ("read_committed", "read_uncommitted"):
@@ -45,9 +53,11 @@ def test_live_bench_reports_latency_percentiles_and_detects_every_drill(cluster_
     assert abs(sum(live["writers"].values()) - 500) < 0.2  # the config's writers, scaled to --rate together
     # its topics (the canary's, its ledger's, its application canaries') are deleted at the end
     client, deadline = admin(cfg), time.monotonic() + 15  # (brokers learn of a deletion a moment later)
-    while (left := [t for t in client.list_topics(timeout=10).topics if t.startswith(live["topic"])]) and \
+    runs = (live["topic"], floor["topic"])
+    while (left := [t for t in client.list_topics(timeout=10).topics if t.startswith(runs)]) and \
             time.monotonic() < deadline:
         time.sleep(0.5)
     assert left == []
-    # and its directory (named in its topics' names) is removed: the run ended cleanly
-    assert not (Path(tempfile.gettempdir()) / f"vigil-bench-live-{live['topic'].rsplit('-', 1)[-1]}").exists()
+    # and their directories (named in their topics' names) are removed: the runs ended cleanly
+    for topic in runs:
+        assert not (Path(tempfile.gettempdir()) / f"vigil-bench-live-{topic.rsplit('-', 1)[-1]}").exists()

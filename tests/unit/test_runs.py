@@ -23,7 +23,7 @@ from invariants.model import Read, ReadRun, Settings, in_runs, one_by_one
 from monitor import record_format as rf
 from monitor.audit.oracle import audit
 from monitor.watch import executor as ex
-from monitor.watch.batch import apply_batch, to_reads
+from monitor.watch.batch import apply_batch, latencies_only, to_reads
 from monitor.watch.executor import SRC_LEDGER
 from tests.unit.histories import KINDS, RC, RU, TOPIC, answer_refetches, audit_input, build, restart, run_live
 from tests.unit.test_checker_properties import history_counts
@@ -178,6 +178,10 @@ def test_live_through_the_executor_code_equals_audit_equals_injected(seed, parti
             decoded += [ex.decode_batch(rows.slice(lo, arrow_rows), now_us=2_000_000) for lo in range(0, k, arrow_rows)]
         table = pa.Table.from_batches(decoded, schema=ex.DECODED_SCHEMA)
         found, stats = apply_batch(ck, table, lambda _name: TOPIC, now=2.5)
+        floor = latencies_only(table, now=2.5)  # (`vigil run --no-check`: the same latencies, nothing judged)
+        assert {i: c.tolist() for i, c in floor.e2e_counts.items() if c.sum()} == \
+            {i: c.tolist() for i, c in stats.e2e_counts.items() if c.sum()}
+        assert {i: v for i, v in floor.e2e_sum.items() if v} == {i: v for i, v in stats.e2e_sum.items() if v}
         canary = sum(n for b in decoded for kind, n in zip(b.column("kind").to_pylist(), b.column("count").to_pylist())
                      if kind == ex.KIND_CANARY)  # records of a run, or single
         assert sum(int(c.sum()) for c in stats.e2e_counts.values()) == canary  # each one's latency measured

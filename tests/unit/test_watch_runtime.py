@@ -641,3 +641,40 @@ def test_a_planned_batch_on_partitions_a_recreated_topic_lacks_is_planned_again_
     offset_log(rt.cfg, 1, [{name: {"0": 9, "1": 4}}, {name: {"0": 9, "1": 4}}, {"ledger": {"0": 3}}])
     rt.query_failed("boom")  # its partitions are there
     assert (ck / "offsets" / "1").exists()
+
+
+def test_no_check_counts_produce_to_read_latency_only_and_keeps_its_directory_apart(tmp_path, monkeypatch):
+    """`vigil run --no-check` (the pipeline's floor, `vigil bench --live`): a batch's latency is counted
+    as a checking monitor counts it, and nothing is judged — the lost write of the same batch goes
+    uncounted, as do liveness verdicts and high watermarks gone backwards. Its checkpoint directory is
+    marked: a checking monitor refuses it, and it refuses a checker's."""
+    def counted(check: bool, where) -> WatchRuntime:
+        cfg = parse({"state_dir": str(where), "metrics": {"port": 0}})
+        rt = WatchRuntime(cfg, check=check)
+        rt.prober.view.topic_id = TID
+        monkeypatch.setattr(rt.topics, "fresh_id", lambda name, max_age_s=None: TID)
+        monkeypatch.setattr(rt.topics, "topic_name_of", lambda tid: "canary")
+        monkeypatch.setattr(rt.topics, "leader_of", lambda tid, p: 1)
+        monkeypatch.setattr(rt.refetcher, "read_both", read_log_again)
+        rt.handle_batch(batch_with_lost_write(0, 40, 1000), 0)
+        rt.catch_up()
+        return rt
+
+    checker, floor = counted(True, tmp_path / "checker"), counted(False, tmp_path / "floor")
+    assert lost(checker) == [1, 1] and lost(floor) == [0, 0]
+    for iso in READERS:
+        assert list(floor.published.e2e_counts[iso]) == list(checker.published.e2e_counts[iso])
+        assert sum(floor.published.e2e_counts[iso]) == 40  # each record's latency, once per reader
+        assert floor.published.records_checked.get(iso, 0) == 0
+    floor.record_liveness([Violation(Invariant.STALLED_POLL, Isolation.READ_COMMITTED, TID, 0)])
+    monkeypatch.setattr(floor.prober, "take_rewinds", lambda: [(TID, 0, 0, 40)])
+    floor.after_probe()
+    assert sum(floor.published.violations.values()) == 0 and sum(floor.state.liveness.values()) == 0
+    assert floor.unsaved_rewinds == [] and floor.state.checker.refetch_wanted() == []
+    floor.owner.release()
+    checker.owner.release()
+    with pytest.raises(state_store.StateError, match=r"--no-check.*without checking them"):
+        WatchRuntime(parse({"state_dir": str(tmp_path / "floor"), "metrics": {"port": 0}}))
+    with pytest.raises(state_store.StateError, match=r"holds a checker's state"):
+        WatchRuntime(parse({"state_dir": str(tmp_path / "checker"), "metrics": {"port": 0}}), check=False)
+    WatchRuntime(parse({"state_dir": str(tmp_path / "floor"), "metrics": {"port": 0}}), check=False)  # its own again
