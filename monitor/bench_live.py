@@ -243,7 +243,12 @@ def run_floor(cfg: Config, rate: float, warmup_s: float, measure_s: float, progr
         checked = sum(v for (name, _labels), v in last.items() if name == "vigil_records_checked_total")
         result = {"topic": run.cfg.canary.name, "seconds": measure_s, "produce_to_read": _percentiles(first, last),
                   "time_split": _time_split(first, last), "violations": int(found), "records_checked": int(checked)}
-        failed = found > 0 or checked > 0  # (nothing is judged: a counter that moved is a bug, kept for a look)
+        read = sum(f["records"] for f in result["produce_to_read"].values())
+        wrong = [what for what, bad in (("no latency counted", not read), (f"{found:.0f} violations", found),
+                                        (f"{checked:.0f} records checked", checked)) if bad]
+        if wrong:  # (nothing is judged, and something is read: otherwise a bug, kept for a look)
+            progress(f"the floor's run went wrong: {', '.join(wrong)}")
+        failed = bool(wrong)
     finally:
         run.finish(failed)
     return result

@@ -80,8 +80,6 @@ def latencies_only(table: pa.Table, now: float | None = None) -> BatchStats:
     a batch (the pipeline's own floor, :mod:`monitor.bench_live`). Every other row is left unread."""
     now = time.time() if now is None else now
     stats = BatchStats()
-    if "kind" not in table.column_names:
-        return stats
     for s, iso in ISOLATION_OF.items():
         rows = table.filter(pc.and_(pc.equal(table.column("src"), s), pc.equal(table.column("kind"), KIND_LATENCY)))
         if rows.num_rows:

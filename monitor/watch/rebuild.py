@@ -160,7 +160,8 @@ def _rebuild(cfg: Config, evidence: Evidence, source: str, say: Callable[[str], 
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now))
     moved = []
     for path in (directory / state_store.STATE_FILE, directory / state_store.LEGACY_STATE_FILE,
-                 cfg.spark_checkpoint_dir(), write_ahead.directory_of(directory), held_ledger.directory_of(directory)):
+                 cfg.spark_checkpoint_dir(), write_ahead.directory_of(directory), held_ledger.directory_of(directory),
+                 directory / state_store.UNCHECKED_FILE):  # (a --no-check run's mark: its checkpoint goes too)
         if path.exists():
             aside = path.with_name(f"{path.name}.replaced-{stamp}")
             path.rename(aside)

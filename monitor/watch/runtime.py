@@ -70,7 +70,11 @@ class WatchRuntime:
         self.lock = threading.RLock()
         self.watched = (cfg.canary.name,)
         self.owner = state_store.own(self.dir)  # one monitor per state: `vigil state rebuild` waits for none
-        state_store.claim_for(self.dir, check)  # a state read unchecked is never checked on (nor the reverse)
+        try:
+            state_store.claim_for(self.dir, check)  # a state read unchecked is never checked on (nor the reverse)
+        except state_store.StateError:
+            self.owner.release()
+            raise
         self.unloadable: state_store.StateError | None = None  # why a revert failed (_revert): nothing more saved
         self.state = self._load()
         self.eos_feed = EosFeed(cfg) if cfg.eos.enabled else None
@@ -573,7 +577,7 @@ class WatchRuntime:
         save the state; on failure the state in memory says the evidence written before."""
         self._refuse_half_applied()  # (before its evidence is written)
         st = self.state
-        st.open_episodes = self.prober.snapshot().open_episodes
+        st.open_episodes = self._probe_view().open_episodes
         todo = self.unsaved_liveness + violations
         before = st.evidence_bytes
         if todo:
@@ -651,11 +655,19 @@ class WatchRuntime:
             st = copy.copy(st)
             st.liveness = st.liveness - Counter((v.invariant, v.isolation) for v in self.unsaved_liveness)
             st.restarts -= self.unsaved_restarts
-        return build_snapshot(st, self.prober.snapshot(), unseen_after_s=self.cfg.watch.unseen_after_s,
+        return build_snapshot(st, self._probe_view(), unseen_after_s=self.cfg.watch.unseen_after_s,
                               last_progress=self.last_progress, last_batch=self.last_batch,
                               up=self.status.running, state_bytes=self.state_bytes,
                               batch_seconds=dict(self.batch_seconds), save_failures=dict(self.save_failures),
                               trigger_seconds=dict(self.trigger_seconds), triggers=self.triggers)
+
+    def _probe_view(self) -> Any:
+        """The prober's view as the state and /metrics take it: with ``--no-check`` without the liveness
+        episodes its rounds still judge (their verdicts are dropped: :meth:`record_liveness`)."""
+        view = self.prober.snapshot()
+        if not self.check:
+            view.open_stalls, view.open_episodes = {}, {}
+        return view
 
     def refresh(self) -> None:
         """Recompute the gauges between batches (unseen grows while the query is stuck)."""

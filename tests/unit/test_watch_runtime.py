@@ -22,6 +22,7 @@ from invariants.ledger_format import (
 from invariants.model import READERS, Durability, Violation
 from monitor import record_format
 from monitor.config import parse
+from monitor.metrics import E2E_BUCKETS
 from monitor.watch import state as state_store
 from monitor.watch.executor import DECODED_SCHEMA, decode_batches
 from monitor.watch.runtime import WatchRuntime
@@ -648,6 +649,10 @@ def test_no_check_counts_produce_to_read_latency_only_and_keeps_its_directory_ap
     as a checking monitor counts it, and nothing is judged — the lost write of the same batch goes
     uncounted, as do liveness verdicts and high watermarks gone backwards. Its checkpoint directory is
     marked: a checking monitor refuses it, and it refuses a checker's."""
+    # each record 15 s old when the batch is cut: in the (10, 30] bucket at its check, however slow the machine
+    monkeypatch.setattr(sys.modules[__name__], "canary", lambda seq: record_format.encode(
+        record_format.CanaryRecord(WID, 1, seq, int((time.time() - 15) * 1e6), 0, 0, 0, 0), 64))
+
     def counted(check: bool, where) -> WatchRuntime:
         cfg = parse({"state_dir": str(where), "metrics": {"port": 0}})
         rt = WatchRuntime(cfg, check=check)
@@ -664,17 +669,26 @@ def test_no_check_counts_produce_to_read_latency_only_and_keeps_its_directory_ap
     assert lost(checker) == [1, 1] and lost(floor) == [0, 0]
     for iso in READERS:
         assert list(floor.published.e2e_counts[iso]) == list(checker.published.e2e_counts[iso])
-        assert sum(floor.published.e2e_counts[iso]) == 40  # each record's latency, once per reader
+        assert floor.published.e2e_counts[iso][E2E_BUCKETS.index(30)] == 40  # each record's latency, once per reader
         assert floor.published.records_checked.get(iso, 0) == 0
     floor.record_liveness([Violation(Invariant.STALLED_POLL, Isolation.READ_COMMITTED, TID, 0)])
     monkeypatch.setattr(floor.prober, "take_rewinds", lambda: [(TID, 0, 0, 40)])
     floor.after_probe()
     assert sum(floor.published.violations.values()) == 0 and sum(floor.state.liveness.values()) == 0
     assert floor.unsaved_rewinds == [] and floor.state.checker.refetch_wanted() == []
+    stalled = {(Invariant.STALLED_POLL, Isolation.READ_COMMITTED): 1}  # an episode the prober's rounds opened
+    for rt in (checker, floor):
+        rt.prober.view.open_stalls = dict(stalled)
+        rt.refresh()
+    assert checker.published.stalls_open == stalled and floor.published.stalls_open == {}
     floor.owner.release()
     checker.owner.release()
+    floor_cfg = parse({"state_dir": str(tmp_path / "floor"), "metrics": {"port": 0}})
     with pytest.raises(state_store.StateError, match=r"--no-check.*without checking them"):
-        WatchRuntime(parse({"state_dir": str(tmp_path / "floor"), "metrics": {"port": 0}}))
+        WatchRuntime(floor_cfg)
     with pytest.raises(state_store.StateError, match=r"holds a checker's state"):
         WatchRuntime(parse({"state_dir": str(tmp_path / "checker"), "metrics": {"port": 0}}), check=False)
-    WatchRuntime(parse({"state_dir": str(tmp_path / "floor"), "metrics": {"port": 0}}), check=False)  # its own again
+    WatchRuntime(floor_cfg, check=False).owner.release()  # its own again (a refusal left no lock behind)
+    from monitor.watch import rebuild as rebuilder  # a rebuild moves the mark aside with the Spark checkpoint
+    rebuilder.rebuild(floor_cfg, lambda: rebuilder.evidence_from_file(floor_cfg.evidence_path()), "file")
+    WatchRuntime(floor_cfg).owner.release()
