@@ -95,10 +95,11 @@ def _bench(cfg, config, records, only, as_json, live, rate, drills, warmup, warm
     if "live" in which:
         from monitor.bench_live import run_floor, run_live
 
-        result["live"] = run_live(load_config(config), rate, drills, warmup, progress)
+        given = load_config(config)  # (the config as given: the pre-filled topic's names are the bench's)
+        result["live"] = run_live(given, rate, drills, warmup, progress)
         if floor:
             try:
-                result["live"]["floor"] = run_floor(load_config(config), rate, warmup, floor, progress)
+                result["live"]["floor"] = run_floor(given, rate, warmup, floor, progress)
             except Exception as exc:  # noqa: BLE001 - the checker's figures stand; the floor's failure is said
                 progress(f"the floor (vigil run --no-check) was not measured: {type(exc).__name__}: {exc}")
                 result["live"]["floor"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}

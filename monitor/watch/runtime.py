@@ -71,7 +71,8 @@ class WatchRuntime:
         self.watched = (cfg.canary.name,)
         self.owner = state_store.own(self.dir)  # one monitor per state: `vigil state rebuild` waits for none
         try:
-            state_store.claim_for(self.dir, check)  # a state read unchecked is never checked on (nor the reverse)
+            # a state read unchecked is never checked on (nor the reverse)
+            state_store.claim_for(self.dir, cfg.spark_checkpoint_dir(), check)
         except state_store.StateError:
             self.owner.release()
             raise

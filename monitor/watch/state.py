@@ -165,11 +165,12 @@ class StateSaveError(StateError):
 UNCHECKED_FILE = "unchecked"  # beside the state of a `vigil run --no-check`: what it read was never judged
 
 
-def claim_for(directory: Path, check: bool) -> None:
+def claim_for(directory: Path, spark_checkpoint: Path, check: bool) -> None:
     """A checkpoint directory is a checking monitor's or a ``--no-check`` run's, for good. A checking
     monitor refuses one where records were read unchecked (it would go on after them: never judged);
     a ``--no-check`` run refuses a checker's (it would move that Spark checkpoint past records it does
-    not check) and marks the directory it takes."""
+    not check) and marks the directory it takes. ``spark_checkpoint``: Spark's, paired with it
+    (:meth:`monitor.config.Config.spark_checkpoint_dir`)."""
     marker = directory / UNCHECKED_FILE
     if marker.exists():
         if check:
@@ -179,7 +180,7 @@ def claim_for(directory: Path, check: bool) -> None:
         return
     if check:
         return
-    if (directory / STATE_FILE).exists() or (directory / "spark").exists():
+    if (directory / STATE_FILE).exists() or spark_checkpoint.exists():
         raise StateError(f"{directory} holds a checker's state: `--no-check` would read past what it has not "
                          f"checked yet; give the run a state_dir (or watch.checkpoint_dir) of its own")
     try:
